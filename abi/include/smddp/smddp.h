@@ -1,0 +1,441 @@
+/*
+ * libsmddp public C API.
+ *
+ * Everything a program needs to run collectives with libsmddp: a communicator
+ * created from a key-value store (the caller's, or a built-in TCP store
+ * rendezvoused through the environment), non-blocking collectives that return
+ * requests, and one status type with a last-error message.
+ *
+ * Conventions that hold for every function below unless it says otherwise:
+ *  - The return value is a smddp_status_t; SMDDP_OK is 0, negative is an error.
+ *  - On error, nothing was enqueued or allocated, output parameters are left
+ *    unchanged, and smddp_get_last_error() describes what went wrong.
+ *  - Buffers passed to a collective are owned by the caller and must stay
+ *    valid and untouched until its request completes.
+ *  - All functions are thread-safe; operations on one communicator are
+ *    executed in the order they were issued, whichever thread issued them.
+ */
+#ifndef SMDDP_SMDDP_H
+#define SMDDP_SMDDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SMDDP_API __attribute__((visibility("default")))
+#else
+#define SMDDP_API
+#endif
+
+/** @name Version */
+/**@{*/
+#define SMDDP_VERSION_MAJOR 0
+#define SMDDP_VERSION_MINOR 1
+#define SMDDP_VERSION_PATCH 0
+/** Encodes a version as one integer, e.g. 0.1.0 -> 100. */
+#define SMDDP_VERSION_CODE(major, minor, patch) \
+    ((major) * 10000 + (minor) * 100 + (patch))
+/** The version of the header this program was compiled against. */
+#define SMDDP_VERSION \
+    SMDDP_VERSION_CODE(SMDDP_VERSION_MAJOR, SMDDP_VERSION_MINOR, SMDDP_VERSION_PATCH)
+/**@}*/
+
+/**
+ * Status of every call. Zero is success, positive means "not finished yet",
+ * negative is an error.
+ */
+typedef enum smddp_status {
+    SMDDP_OK = 0,
+    SMDDP_IN_PROGRESS = 1,          /**< request not complete yet */
+    SMDDP_ERR_INVALID_ARGUMENT = -1,/**< bad argument; nothing was done */
+    SMDDP_ERR_NO_MEMORY = -2,       /**< an allocation failed */
+    SMDDP_ERR_SYSTEM = -3,          /**< an OS call failed (message has errno text) */
+    SMDDP_ERR_TIMEOUT = -4,         /**< a deadline passed; the communicator is aborted */
+    SMDDP_ERR_PEER_LOST = -5,       /**< a peer died or left; the communicator is aborted */
+    SMDDP_ERR_ABORTED = -6,         /**< the communicator was aborted earlier */
+    SMDDP_ERR_MISMATCH = -7,        /**< ranks issued different operations */
+    SMDDP_ERR_NOT_SUPPORTED = -8,   /**< valid request this build cannot serve */
+    SMDDP_ERR_STORE = -9,           /**< the key-value store failed or sent garbage */
+    SMDDP_ERR_INTERNAL = -10        /**< a bug in libsmddp; please report it */
+} smddp_status_t;
+
+/** Element types. */
+typedef enum smddp_dtype {
+    SMDDP_INT8 = 0,
+    SMDDP_UINT8 = 1,
+    SMDDP_INT32 = 2,
+    SMDDP_INT64 = 3,
+    SMDDP_FLOAT16 = 4,
+    SMDDP_BFLOAT16 = 5,
+    SMDDP_FLOAT32 = 6,
+    SMDDP_FLOAT64 = 7,
+    SMDDP_DTYPE_COUNT
+} smddp_dtype_t;
+
+/**
+ * Reduction operations. AVG divides the sum by the number of ranks;
+ * PREMUL_SUM multiplies every input by smddp_coll_attr_t::premul_factor before
+ * summing (floating-point types only); BAND/BOR/BXOR are for integer types
+ * only. fp16 and bf16 accumulate in fp32 and round to nearest even once.
+ */
+typedef enum smddp_op {
+    SMDDP_SUM = 0,
+    SMDDP_PROD = 1,
+    SMDDP_MIN = 2,
+    SMDDP_MAX = 3,
+    SMDDP_AVG = 4,
+    SMDDP_PREMUL_SUM = 5,
+    SMDDP_BAND = 6,
+    SMDDP_BOR = 7,
+    SMDDP_BXOR = 8,
+    SMDDP_OP_COUNT
+} smddp_op_t;
+
+/** Where a buffer lives. */
+typedef enum smddp_mem_type {
+    SMDDP_MEM_HOST = 0,
+    SMDDP_MEM_CUDA = 1
+} smddp_mem_type_t;
+
+/** Opaque communicator. */
+typedef struct smddp_comm *smddp_comm_t;
+/** Opaque handle to an operation in flight. */
+typedef struct smddp_request *smddp_request_t;
+
+/**
+ * A key-value store the communicator rendezvouses through. The PyTorch shim
+ * passes torch's c10d::Store through this table; C programs can use the
+ * built-in TCP store via smddp_comm_create_from_env(). Callbacks may be
+ * invoked from any thread, one at a time per communicator, and must return
+ * SMDDP_OK or a negative status (set a message with smddp_set_store_error()).
+ */
+typedef struct smddp_store {
+    size_t size;  /**< sizeof(smddp_store_t), for versioning */
+    void *ctx;    /**< passed back to every callback */
+    /** Store value (len bytes, copied) under key, replacing any earlier one. */
+    smddp_status_t (*set)(void *ctx, const char *key, const void *value, size_t len);
+    /**
+     * Wait up to timeout_ms for key, then return a malloc()ed copy of its
+     * value in *value (freed by libsmddp with free()) and its length in *len.
+     * Returns SMDDP_ERR_TIMEOUT when the key did not appear in time.
+     */
+    smddp_status_t (*get)(void *ctx, const char *key, int64_t timeout_ms,
+                          void **value, size_t *len);
+    /** Atomically add delta to the integer at key (0 if absent); new value in *result. */
+    smddp_status_t (*add)(void *ctx, const char *key, int64_t delta, int64_t *result);
+    /** Called once when the last communicator using this store is destroyed; may be NULL. */
+    void (*release)(void *ctx);
+} smddp_store_t;
+
+/** Initialiser for smddp_comm_config_t. */
+#define SMDDP_COMM_CONFIG_INIT {sizeof(smddp_comm_config_t), NULL, -1}
+
+/** Optional settings for communicator creation; pass NULL for defaults. */
+typedef struct smddp_comm_config {
+    size_t size;          /**< sizeof(smddp_comm_config_t) */
+    const char *prefix;   /**< store key prefix, so several communicators can share one store (NULL: "smddp") */
+    int64_t timeout_ms;   /**< deadline for every wait; < 0 takes SMDDP_TIMEOUT (default 30 min) */
+} smddp_comm_config_t;
+
+/** Per-call options for collectives; pass NULL for host memory and defaults. */
+typedef struct smddp_coll_attr {
+    size_t size;              /**< sizeof(smddp_coll_attr_t) */
+    smddp_mem_type_t mem_type;/**< where the buffers live */
+    void *stream;             /**< cudaStream_t for SMDDP_MEM_CUDA; ignored for host */
+    double premul_factor;     /**< the factor for SMDDP_PREMUL_SUM */
+} smddp_coll_attr_t;
+
+/** Initialiser for smddp_coll_attr_t. */
+#define SMDDP_COLL_ATTR_INIT {sizeof(smddp_coll_attr_t), SMDDP_MEM_HOST, NULL, 1.0}
+
+/** Colour for smddp_comm_split() meaning "this rank joins no new communicator". */
+#define SMDDP_SPLIT_NOCOLOR (-1)
+
+/** Timeout value meaning "wait until the communicator's own deadline". */
+#define SMDDP_WAIT_DEFAULT (-1)
+
+/* ------------------------------------------------------------------------ */
+/** @name Version, status and errors */
+/**@{*/
+
+/**
+ * Returns the library version as SMDDP_VERSION_CODE(major, minor, patch), so a
+ * program can compare it with SMDDP_VERSION from the header it was built with.
+ * Thread-safe.
+ */
+SMDDP_API int smddp_get_version(void);
+
+/**
+ * Returns a static, human-readable name for a status, e.g. "invalid argument".
+ * Never NULL: unknown values give "unknown status". Thread-safe.
+ */
+SMDDP_API const char *smddp_status_string(smddp_status_t status);
+
+/**
+ * Returns the message of the last error, with context (operation, sequence
+ * number, ranks involved).
+ *
+ * @param comm  a communicator to get its last error, or NULL to get the last
+ *              error raised on the calling thread by any call.
+ * @return a string owned by libsmddp, valid until the next failing call on
+ *         that communicator (or thread); "" when there was none. Thread-safe,
+ *         but the text for a communicator may change under concurrent errors.
+ */
+SMDDP_API const char *smddp_get_last_error(smddp_comm_t comm);
+
+/**
+ * Lets a store callback explain its failure: the message becomes part of the
+ * error the communicator reports. Call from the callback's thread.
+ */
+SMDDP_API void smddp_set_store_error(const char *message);
+/**@}*/
+
+/* ------------------------------------------------------------------------ */
+/** @name Communicators */
+/**@{*/
+
+/**
+ * Creates a communicator of world_size ranks through a caller's store.
+ * Collective: every rank must call it with the same world_size and prefix.
+ *
+ * @param store      the store table, copied; store->ctx must stay valid until
+ *                   every communicator created from it (and split from those)
+ *                   is destroyed, after which store->release (if set) is called.
+ * @param rank       this process's rank, 0 <= rank < world_size
+ * @param world_size number of ranks, >= 1
+ * @param config     optional settings (NULL: defaults)
+ * @param[out] comm  the new communicator
+ * @return SMDDP_OK; SMDDP_ERR_INVALID_ARGUMENT for a bad rank or size;
+ *         SMDDP_ERR_TIMEOUT if peers did not arrive before the deadline;
+ *         SMDDP_ERR_STORE if the store failed.
+ */
+SMDDP_API smddp_status_t smddp_comm_create(const smddp_store_t *store, int rank,
+                                           int world_size,
+                                           const smddp_comm_config_t *config,
+                                           smddp_comm_t *comm);
+
+/**
+ * Creates a communicator from the environment, rendezvousing through the
+ * built-in TCP store (served by rank 0). Rank and size are read from
+ * SMDDP_RANK/SMDDP_WORLD_SIZE, else torchrun's RANK/WORLD_SIZE, else Open MPI's
+ * OMPI_COMM_WORLD_RANK/SIZE, else Slurm's SLURM_PROCID/SLURM_NTASKS. The
+ * address is SMDDP_MASTER_ADDR/PORT, else MASTER_ADDR/PORT, else (for a
+ * one-node job) 127.0.0.1 and a port derived from the launcher's job id.
+ *
+ * @param config     optional settings (NULL: defaults)
+ * @param[out] comm  the new communicator
+ * @return SMDDP_OK; SMDDP_ERR_INVALID_ARGUMENT when the environment names no
+ *         rank, size or address (the message lists what was looked for).
+ */
+SMDDP_API smddp_status_t smddp_comm_create_from_env(const smddp_comm_config_t *config,
+                                                    smddp_comm_t *comm);
+
+/**
+ * Splits a communicator into disjoint sub-communicators, one per colour, with
+ * ranks ordered by (key, parent rank). Collective over the parent: every rank
+ * calls it, in the same order relative to other operations.
+ *
+ * @param comm       the parent; it stays usable
+ * @param color      >= 0, or SMDDP_SPLIT_NOCOLOR to join none (then *newcomm = NULL)
+ * @param key        ordering key within the colour
+ * @param[out] newcomm the sub-communicator, or NULL for SMDDP_SPLIT_NOCOLOR
+ */
+SMDDP_API smddp_status_t smddp_comm_split(smddp_comm_t comm, int color, int key,
+                                          smddp_comm_t *newcomm);
+
+/**
+ * Aborts a communicator: pending and later operations fail with
+ * SMDDP_ERR_ABORTED, and peers blocked in a collective with this rank are
+ * told and fail instead of waiting for their deadline. Does not free it; call
+ * smddp_comm_destroy() afterwards. Safe to call from any thread, any number
+ * of times.
+ */
+SMDDP_API smddp_status_t smddp_comm_abort(smddp_comm_t comm);
+
+/**
+ * Waits for operations still queued on the communicator (each up to its
+ * deadline), then frees it and every resource it holds. Requests not freed
+ * yet stay valid until smddp_request_free(). comm may be NULL (no-op).
+ * Not collective, but ranks that leave early make peers' later collectives
+ * fail with SMDDP_ERR_PEER_LOST. Must not race with other calls on comm.
+ */
+SMDDP_API smddp_status_t smddp_comm_destroy(smddp_comm_t comm);
+
+/** This rank's index in comm, in *rank. */
+SMDDP_API smddp_status_t smddp_comm_rank(smddp_comm_t comm, int *rank);
+/** The number of ranks in comm, in *size. */
+SMDDP_API smddp_status_t smddp_comm_size(smddp_comm_t comm, int *size);
+/** This rank's index among the ranks of comm on its node, in *local_rank. */
+SMDDP_API smddp_status_t smddp_comm_local_rank(smddp_comm_t comm, int *local_rank);
+/** The number of ranks of comm on this rank's node, in *local_size. */
+SMDDP_API smddp_status_t smddp_comm_local_size(smddp_comm_t comm, int *local_size);
+/** The number of distinct nodes spanned by comm, in *node_count. */
+SMDDP_API smddp_status_t smddp_comm_node_count(smddp_comm_t comm, int *node_count);
+/**@}*/
+
+/* ------------------------------------------------------------------------ */
+/** @name Requests */
+/**@{*/
+
+/**
+ * Checks a request without blocking.
+ * @return SMDDP_OK when it completed successfully, SMDDP_IN_PROGRESS while it
+ *         runs, or the error it failed with (message in smddp_get_last_error).
+ */
+SMDDP_API smddp_status_t smddp_test(smddp_request_t req);
+
+/**
+ * Waits for a request to complete.
+ * @param timeout_ms  how long to wait: >= 0 milliseconds, or
+ *                    SMDDP_WAIT_DEFAULT for the communicator's deadline.
+ *                    Running out of a caller's timeout returns
+ *                    SMDDP_IN_PROGRESS and leaves the operation running;
+ *                    running out of the communicator's deadline fails the
+ *                    operation and aborts the communicator.
+ * @return as smddp_test().
+ */
+SMDDP_API smddp_status_t smddp_wait(smddp_request_t req, int64_t timeout_ms);
+
+/**
+ * Releases a request. If it is still running, the operation carries on and
+ * its resources are freed when it completes. req may be NULL (no-op).
+ */
+SMDDP_API void smddp_request_free(smddp_request_t req);
+/**@}*/
+
+/* ------------------------------------------------------------------------ */
+/**
+ * @name Collectives
+ *
+ * Every collective is non-blocking: it validates its arguments, enqueues the
+ * operation and returns a request in *req. Passing req == NULL makes the call
+ * blocking: it returns once the operation has completed, with its status.
+ * Counts are in elements and must be >= 0; an in-place call passes the same
+ * pointer as send and receive buffer. attr may be NULL (host memory).
+ * Collectives must be called by every rank of comm in the same order with
+ * matching count, dtype, op and root.
+ */
+/**@{*/
+
+/** recvbuf[i] = op over ranks of sendbuf[i], on every rank; count elements each. */
+SMDDP_API smddp_status_t smddp_allreduce(smddp_comm_t comm, const void *sendbuf,
+                                         void *recvbuf, int64_t count,
+                                         smddp_dtype_t dtype, smddp_op_t op,
+                                         const smddp_coll_attr_t *attr,
+                                         smddp_request_t *req);
+
+/** Like smddp_allreduce, but only root's recvbuf is written (others may pass NULL). */
+SMDDP_API smddp_status_t smddp_reduce(smddp_comm_t comm, const void *sendbuf,
+                                      void *recvbuf, int64_t count,
+                                      smddp_dtype_t dtype, smddp_op_t op, int root,
+                                      const smddp_coll_attr_t *attr,
+                                      smddp_request_t *req);
+
+/** Copies root's buf (count elements) into buf on every other rank. */
+SMDDP_API smddp_status_t smddp_broadcast(smddp_comm_t comm, void *buf, int64_t count,
+                                         smddp_dtype_t dtype, int root,
+                                         const smddp_coll_attr_t *attr,
+                                         smddp_request_t *req);
+
+/**
+ * recvbuf (size * sendcount elements) receives every rank's sendbuf in rank
+ * order. In place: sendbuf == recvbuf + rank * sendcount elements.
+ */
+SMDDP_API smddp_status_t smddp_allgather(smddp_comm_t comm, const void *sendbuf,
+                                         void *recvbuf, int64_t sendcount,
+                                         smddp_dtype_t dtype,
+                                         const smddp_coll_attr_t *attr,
+                                         smddp_request_t *req);
+
+/**
+ * sendbuf holds size blocks of recvcount elements; rank r's recvbuf receives
+ * the reduction of block r over all ranks. In place: recvbuf == sendbuf + rank
+ * * recvcount elements.
+ */
+SMDDP_API smddp_status_t smddp_reduce_scatter(smddp_comm_t comm, const void *sendbuf,
+                                              void *recvbuf, int64_t recvcount,
+                                              smddp_dtype_t dtype, smddp_op_t op,
+                                              const smddp_coll_attr_t *attr,
+                                              smddp_request_t *req);
+
+/** Block j (count elements) of sendbuf goes to rank j, landing in its block i for sender i. */
+SMDDP_API smddp_status_t smddp_alltoall(smddp_comm_t comm, const void *sendbuf,
+                                        void *recvbuf, int64_t count,
+                                        smddp_dtype_t dtype,
+                                        const smddp_coll_attr_t *attr,
+                                        smddp_request_t *req);
+
+/**
+ * All-to-all with per-rank counts and displacements (in elements). What
+ * rank i sends to j (sendcounts[j] on i) must equal recvcounts[i] on j, or
+ * every rank involved fails with SMDDP_ERR_MISMATCH. The four arrays have
+ * size entries and are copied before the call returns. Not in place.
+ */
+SMDDP_API smddp_status_t smddp_alltoallv(smddp_comm_t comm, const void *sendbuf,
+                                         const int64_t *sendcounts,
+                                         const int64_t *sdispls, void *recvbuf,
+                                         const int64_t *recvcounts,
+                                         const int64_t *rdispls, smddp_dtype_t dtype,
+                                         const smddp_coll_attr_t *attr,
+                                         smddp_request_t *req);
+
+/** Root's recvbuf (size * sendcount elements) receives every rank's sendbuf in rank order. */
+SMDDP_API smddp_status_t smddp_gather(smddp_comm_t comm, const void *sendbuf,
+                                      void *recvbuf, int64_t sendcount,
+                                      smddp_dtype_t dtype, int root,
+                                      const smddp_coll_attr_t *attr,
+                                      smddp_request_t *req);
+
+/** Block r (recvcount elements) of root's sendbuf lands in rank r's recvbuf. */
+SMDDP_API smddp_status_t smddp_scatter(smddp_comm_t comm, const void *sendbuf,
+                                       void *recvbuf, int64_t recvcount,
+                                       smddp_dtype_t dtype, int root,
+                                       const smddp_coll_attr_t *attr,
+                                       smddp_request_t *req);
+
+/** Completes once every rank has entered it. */
+SMDDP_API smddp_status_t smddp_barrier(smddp_comm_t comm, smddp_request_t *req);
+
+/**
+ * Sends count elements to rank peer with a tag >= 0. Messages between a pair
+ * of ranks are matched in the order they were sent; the receiver's tag and
+ * count must equal the sender's, else both fail with SMDDP_ERR_MISMATCH.
+ * Small messages complete without waiting for the receiver.
+ */
+SMDDP_API smddp_status_t smddp_send(smddp_comm_t comm, const void *buf, int64_t count,
+                                    smddp_dtype_t dtype, int peer, int tag,
+                                    const smddp_coll_attr_t *attr, smddp_request_t *req);
+
+/** Receives count elements from rank peer with a tag >= 0; see smddp_send(). */
+SMDDP_API smddp_status_t smddp_recv(smddp_comm_t comm, void *buf, int64_t count,
+                                    smddp_dtype_t dtype, int peer, int tag,
+                                    const smddp_coll_attr_t *attr, smddp_request_t *req);
+/**@}*/
+
+/* ------------------------------------------------------------------------ */
+/** @name Helpers */
+/**@{*/
+
+/** Size in bytes of one element of dtype, or 0 for an unknown dtype. */
+SMDDP_API size_t smddp_dtype_size(smddp_dtype_t dtype);
+/** Static name of a dtype ("float32"), or "unknown". */
+SMDDP_API const char *smddp_dtype_name(smddp_dtype_t dtype);
+/** Static name of an op ("sum"), or "unknown". */
+SMDDP_API const char *smddp_op_name(smddp_op_t op);
+
+/**
+ * Prints every SMDDP_* setting with its type, default, current value and
+ * description to the stream (a FILE *), one per line. Used by smddp_info.
+ */
+SMDDP_API void smddp_print_settings(void *file);
+/**@}*/
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SMDDP_SMDDP_H */

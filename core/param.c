@@ -1,0 +1,272 @@
+/*
+ * The settings table. Each SMDDP_* variable is one row: name, type, default,
+ * description, and where its parsed value goes. The environment is read once;
+ * variables that start with SMDDP_ but name no row get a warning, since a typo
+ * in a tuning knob otherwise silently does nothing.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "param.h"
+
+extern char **environ;
+
+typedef enum param_type { P_INT, P_SIZE, P_BOOL, P_STRING, P_ENUM, P_SECONDS } param_type_t;
+
+typedef struct param_row {
+    const char *name;
+    param_type_t type;
+    const char *def;
+    const char *doc;
+    size_t offset;
+    size_t cap;          /* for strings */
+    const char *choices; /* for enums: "|"-separated, index is the value */
+} param_row_t;
+
+#define OFF(field) offsetof(smddp__params_t, field)
+#define CAP(field) sizeof(((smddp__params_t *)0)->field)
+
+static const param_row_t rows[] = {
+    {"SMDDP_DEBUG", P_ENUM, "WARN", "log level", OFF(debug_level), 0, "NONE|WARN|INFO|TRACE"},
+    {"SMDDP_DEBUG_FILE", P_STRING, "", "log to this file instead of stderr; %h = host, %p = pid",
+     OFF(debug_file), CAP(debug_file), NULL},
+    {"SMDDP_TIMEOUT", P_SECONDS, "1800",
+     "deadline in seconds for every wait; on expiry the communicator is aborted", OFF(timeout_ms),
+     0, NULL},
+    {"SMDDP_RANK", P_INT, "-1", "this process's rank (else RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID)",
+     OFF(rank), 0, NULL},
+    {"SMDDP_WORLD_SIZE", P_INT, "-1",
+     "number of ranks (else WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS)", OFF(world_size), 0,
+     NULL},
+    {"SMDDP_LOCAL_RANK", P_INT, "-1",
+     "rank on this node (else LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID)",
+     OFF(local_rank), 0, NULL},
+    {"SMDDP_MASTER_ADDR", P_STRING, "", "address of rank 0's built-in store (else MASTER_ADDR)",
+     OFF(master_addr), CAP(master_addr), NULL},
+    {"SMDDP_MASTER_PORT", P_INT, "-1", "port of rank 0's built-in store (else MASTER_PORT)",
+     OFF(master_port), 0, NULL},
+    {"SMDDP_HOSTNAME", P_STRING, "",
+     "node identity used to group ranks into nodes (default: the host name)", OFF(hostname),
+     CAP(hostname), NULL},
+    {"SMDDP_ALLREDUCE_ALGO", P_ENUM, "auto", "allreduce algorithm inside a node", OFF(algo), 0,
+     "auto|oneshot|twoshot"},
+    {"SMDDP_ALLREDUCE_ONESHOT_MAX", P_SIZE, "32768",
+     "largest allreduce (bytes) that uses the one-shot algorithm under auto", OFF(oneshot_max), 0,
+     NULL},
+    {"SMDDP_SHM_BUFFER_SIZE", P_SIZE, "4194304",
+     "shared-memory staging buffer per local rank (bytes)", OFF(shm_buffer), 0, NULL},
+    {"SMDDP_CHUNK_SIZE", P_SIZE, "262144",
+     "bytes each rank moves per pipeline step of a large collective", OFF(chunk), 0, NULL},
+    {"SMDDP_P2P_BUFFER_SIZE", P_SIZE, "262144",
+     "shared-memory ring per ordered pair of local ranks for send/recv (bytes)", OFF(p2p_buffer),
+     0, NULL},
+    {"SMDDP_SPIN", P_INT, "-1",
+     "busy-wait iterations before sleeping on a futex (-1: chosen from cores and ranks)",
+     OFF(spin), 0, NULL},
+    {"SMDDP_CHECK_ORDER", P_BOOL, "0",
+     "check (sequence, op, count, dtype) across ranks before every collective", OFF(check), 0,
+     NULL},
+    {"SMDDP_SIMD", P_ENUM, "auto", "CPU reduction kernels", OFF(simd), 0,
+     "auto|scalar|avx2|avx512"},
+    {"SMDDP_INLINE", P_BOOL, "1",
+     "let a blocking call on an idle communicator run on the caller's thread", OFF(inline_exec),
+     0, NULL},
+    {"SMDDP_COMMUNICATION_BACKEND", P_ENUM, "auto",
+     "auto: smddp's collectives; nccl: CUDA collectives through NCCL (set by smddprun)",
+     OFF(comm_backend), 0, "auto|nccl"},
+};
+
+static smddp__params_t params;
+static pthread_once_t params_once = PTHREAD_ONCE_INIT;
+
+static int enum_index(const char *choices, const char *value)
+{
+    int idx = 0;
+    const char *p = choices;
+    size_t vlen = strlen(value);
+    while (*p) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == vlen && strncasecmp(p, value, len) == 0) return idx;
+        idx++;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return -1;
+}
+
+/* Parses "123", "4K", "2M", "1G" (powers of 1024). */
+static int parse_size(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 0);
+    if (errno || end == s || v < 0) return -1;
+    int64_t mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024; end++; break;
+    case 'm': case 'M': mul = 1024 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024LL * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'I') end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end != '\0') return -1;
+    if (v > INT64_MAX / mul) return -1;
+    *out = v * mul;
+    return 0;
+}
+
+/* Parses one value into its field; returns 0, or -1 for a malformed value. */
+static int parse_value(const param_row_t *row, const char *value)
+{
+    char *field = (char *)&params + row->offset;
+    char *end;
+    switch (row->type) {
+    case P_INT: {
+        errno = 0;
+        long v = strtol(value, &end, 0);
+        if (errno || end == value || *end != '\0' || v < -2147483647L || v > 2147483647L) return -1;
+        *(int *)field = (int)v;
+        return 0;
+    }
+    case P_SIZE:
+        return parse_size(value, (int64_t *)field);
+    case P_SECONDS: {
+        errno = 0;
+        double v = strtod(value, &end);
+        if (errno || end == value || *end != '\0' || !(v > 0) || v > 1e9) return -1;
+        *(int64_t *)field = (int64_t)(v * 1000.0);
+        return 0;
+    }
+    case P_BOOL:
+        if (!strcmp(value, "1") || !strcasecmp(value, "true") || !strcasecmp(value, "yes") ||
+            !strcasecmp(value, "on")) {
+            *(int *)field = 1;
+            return 0;
+        }
+        if (!strcmp(value, "0") || !strcasecmp(value, "false") || !strcasecmp(value, "no") ||
+            !strcasecmp(value, "off")) {
+            *(int *)field = 0;
+            return 0;
+        }
+        return -1;
+    case P_STRING:
+        if (strlen(value) >= row->cap) return -1;
+        strcpy(field, value);
+        return 0;
+    case P_ENUM: {
+        int idx = enum_index(row->choices, value);
+        if (idx < 0) return -1;
+        *(int *)field = idx;
+        return 0;
+    }
+    }
+    return -1;
+}
+
+static const char *type_name(param_type_t type)
+{
+    switch (type) {
+    case P_INT: return "int";
+    case P_SIZE: return "bytes";
+    case P_BOOL: return "bool";
+    case P_STRING: return "string";
+    case P_ENUM: return "enum";
+    case P_SECONDS: return "seconds";
+    }
+    return "?";
+}
+
+/*
+ * Warnings here go straight to stderr: the logger itself depends on these
+ * settings, so it cannot be used while they are being parsed.
+ */
+static void params_load(void)
+{
+    memset(&params, 0, sizeof(params));
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const param_row_t *row = &rows[i];
+        if (parse_value(row, row->def) != 0) abort(); /* a bad default is a bug */
+        const char *value = getenv(row->name);
+        if (value && parse_value(row, value) != 0) {
+            fprintf(stderr, "smddp WARN ignoring %s=\"%s\": expected %s%s%s; using default %s\n",
+                    row->name, value, type_name(row->type), row->choices ? " one of " : "",
+                    row->choices ? row->choices : "", row->def);
+            parse_value(row, row->def);
+        }
+    }
+    for (char **env = environ; env && *env; env++) {
+        if (strncmp(*env, "SMDDP_", 6) != 0) continue;
+        const char *eq = strchr(*env, '=');
+        size_t len = eq ? (size_t)(eq - *env) : strlen(*env);
+        bool known = false;
+        for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]) && !known; i++)
+            known = strlen(rows[i].name) == len && strncmp(rows[i].name, *env, len) == 0;
+        if (!known)
+            fprintf(stderr, "smddp WARN unknown setting %.*s ignored (smddp_info lists them all)\n",
+                    (int)len, *env);
+    }
+}
+
+const smddp__params_t *smddp__params(void)
+{
+    pthread_once(&params_once, params_load);
+    return &params;
+}
+
+void smddp__params_reload(void)
+{
+    pthread_once(&params_once, params_load);
+    params_load();
+    __atomic_store_n(&smddp__log_level_cached, params.debug_level, __ATOMIC_RELEASE);
+}
+
+static void format_value(const param_row_t *row, char *buf, size_t cap)
+{
+    const char *field = (const char *)&params + row->offset;
+    switch (row->type) {
+    case P_INT:
+    case P_BOOL:
+        snprintf(buf, cap, "%d", *(const int *)field);
+        break;
+    case P_SIZE:
+        snprintf(buf, cap, "%lld", (long long)*(const int64_t *)field);
+        break;
+    case P_SECONDS:
+        snprintf(buf, cap, "%g", (double)*(const int64_t *)field / 1000.0);
+        break;
+    case P_STRING:
+        snprintf(buf, cap, "%s", field);
+        break;
+    case P_ENUM: {
+        int idx = *(const int *)field;
+        const char *p = row->choices;
+        for (int i = 0; i < idx && p; i++) {
+            p = strchr(p, '|');
+            if (p) p++;
+        }
+        const char *bar = p ? strchr(p, '|') : NULL;
+        snprintf(buf, cap, "%.*s", p ? (int)(bar ? (size_t)(bar - p) : strlen(p)) : 1, p ? p : "?");
+        break;
+    }
+    }
+}
+
+void smddp__params_print(FILE *out)
+{
+    smddp__params();
+    fprintf(out, "%-29s %-8s %-9s %-9s %s\n", "name", "type", "default", "value", "description");
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        char value[300];
+        format_value(&rows[i], value, sizeof(value));
+        fprintf(out, "%-29s %-8s %-9s %-9s %s%s%s%s\n", rows[i].name, type_name(rows[i].type),
+                rows[i].def[0] ? rows[i].def : "\"\"", value[0] ? value : "\"\"", rows[i].doc,
+                rows[i].choices ? " (" : "", rows[i].choices ? rows[i].choices : "",
+                rows[i].choices ? ")" : "");
+    }
+}
