@@ -1,0 +1,136 @@
+/* See harness.h. */
+#include "harness.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "param.h"
+#include "store/store.h"
+
+int harness_store_port;
+
+int harness_shm_count(void)
+{
+    int n = 0;
+    DIR *d = opendir("/dev/shm");
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, "smddp-", 6) == 0) n++;
+    closedir(d);
+    return n;
+}
+
+/* "A=1 B=2": sets each in this process, then re-reads SMDDP_* settings. */
+static void apply_env(const char *env)
+{
+    if (!env) return;
+    char *copy = strdup(env), *save = NULL;
+    for (char *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq) continue;
+        *eq = '\0';
+        setenv(tok, eq + 1, 1);
+    }
+    free(copy);
+    smddp__params_reload();
+}
+
+smddp_comm_t harness_comm(int rank, int size, const char *prefix)
+{
+    smddp_store_t store;
+    smddp_status_t st = smddp__tcp_client_connect("127.0.0.1", harness_store_port, 30000, NULL,
+                                                  &store);
+    H_CHECK(st == SMDDP_OK, "cannot reach the harness store: %s", smddp_get_last_error(NULL));
+    smddp_comm_config_t cfg = SMDDP_COMM_CONFIG_INIT;
+    cfg.prefix = prefix;
+    smddp_comm_t comm = NULL;
+    st = smddp_comm_create(&store, rank, size, &cfg, &comm);
+    H_CHECK(st == SMDDP_OK, "smddp_comm_create: %s: %s", smddp_status_string(st),
+            smddp_get_last_error(NULL));
+    return comm;
+}
+
+static int run_id;
+
+int harness_run(int nranks, harness_fn_t fn, void *arg, harness_opts_t *opts)
+{
+    harness_opts_t defaults = {0};
+    if (!opts) opts = &defaults;
+    int timeout_s = opts->timeout_s > 0 ? opts->timeout_s : 120;
+    smddp__tcp_server_t *server = NULL;
+    int port = 0;
+    if (smddp__tcp_server_start("127.0.0.1", 0, &server, &port) != SMDDP_OK) {
+        fprintf(stderr, "harness: cannot start the store: %s\n", smddp_get_last_error(NULL));
+        return nranks;
+    }
+    opts->store_port = port;
+    harness_store_port = port;
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "h%d-%d", (int)getpid(), run_id++);
+    fflush(stdout);
+    fflush(stderr);
+
+    pid_t pids[64];
+    for (int r = 0; r < nranks; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            apply_env(opts->env);
+            smddp_comm_t comm = opts->no_comm ? NULL : harness_comm(r, nranks, prefix);
+            fn(comm, r, nranks, arg);
+            if (comm) {
+                smddp_status_t st = smddp_comm_destroy(comm);
+                H_CHECK(st == SMDDP_OK, "destroy: %s", smddp_status_string(st));
+            }
+            fflush(stdout);
+            fflush(stderr);
+            exit(0);
+        }
+    }
+
+    int failed = 0, left = nranks, status;
+    int done[64] = {0};
+    time_t start = time(NULL);
+    while (left > 0) {
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid > 0) {
+            for (int r = 0; r < nranks; r++) {
+                if (pids[r] != pid) continue;
+                done[r] = 1;
+                left--;
+                int want = r < 16 ? opts->expect_signal[r] : 0;
+                bool ok = want ? (WIFSIGNALED(status) && WTERMSIG(status) == want)
+                               : (WIFEXITED(status) && WEXITSTATUS(status) == 0);
+                if (!ok) {
+                    failed++;
+                    if (WIFSIGNALED(status))
+                        fprintf(stderr, "harness: rank %d died of signal %d\n", r, WTERMSIG(status));
+                    else
+                        fprintf(stderr, "harness: rank %d exited with %d\n", r, WEXITSTATUS(status));
+                }
+            }
+            continue;
+        }
+        if (time(NULL) - start > timeout_s) {
+            for (int r = 0; r < nranks; r++) {
+                if (done[r]) continue;
+                fprintf(stderr, "harness: rank %d still running after %d s: killed\n", r,
+                        timeout_s);
+                kill(pids[r], SIGKILL);
+                waitpid(pids[r], &status, 0);
+                failed++;
+                left--;
+            }
+            break;
+        }
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    smddp__tcp_server_stop(server);
+    return failed;
+}

@@ -1,0 +1,489 @@
+/*
+ * The exported C API: argument checking with messages that say what was
+ * wrong and what is accepted, then a call into core/. Nothing else in the
+ * library is visible outside it (see libsmddp.map).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "param.h"
+
+#define ACCEPTED_DTYPES "int8, uint8, int32, int64, float16, bfloat16, float32, float64"
+#define ACCEPTED_OPS "sum, prod, min, max, avg, premul_sum, band, bor, bxor"
+
+int smddp_get_version(void) { return SMDDP_VERSION; }
+
+const char *smddp_status_string(smddp_status_t status) { return smddp__status_string(status); }
+
+const char *smddp_get_last_error(smddp_comm_t comm)
+{
+    return comm ? comm->last_error : smddp__last_error();
+}
+
+void smddp_set_store_error(const char *message)
+{
+    smddp__error_quiet(SMDDP_ERR_STORE, "%s", message ? message : "");
+}
+
+size_t smddp_dtype_size(smddp_dtype_t dtype)
+{
+    static const size_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
+    return (unsigned)dtype < SMDDP_DTYPE_COUNT ? sizes[dtype] : 0;
+}
+
+const char *smddp_dtype_name(smddp_dtype_t dtype)
+{
+    static const char *const names[] = {"int8",    "uint8",    "int32",   "int64",
+                                        "float16", "bfloat16", "float32", "float64"};
+    return (unsigned)dtype < SMDDP_DTYPE_COUNT ? names[dtype] : "unknown";
+}
+
+const char *smddp_op_name(smddp_op_t op)
+{
+    static const char *const names[] = {"sum", "prod", "min", "max", "avg",
+                                        "premul_sum", "band", "bor", "bxor"};
+    return (unsigned)op < SMDDP_OP_COUNT ? names[op] : "unknown";
+}
+
+void smddp_print_settings(void *file) { smddp__params_print(file ? file : stdout); }
+
+/* Records a failure on the communicator too, so smddp_get_last_error(comm) has it. */
+static smddp_status_t fail(smddp_comm_t comm, smddp_status_t st)
+{
+    if (comm && st < 0) smddp__comm_set_last_error(comm, smddp__last_error());
+    return st;
+}
+
+#define INVALID(comm, ...) fail((comm), smddp__error(SMDDP_ERR_INVALID_ARGUMENT, __VA_ARGS__))
+
+/* ---- communicators ------------------------------------------------------- */
+
+smddp_status_t smddp_comm_create(const smddp_store_t *store, int rank, int world_size,
+                                 const smddp_comm_config_t *config, smddp_comm_t *comm)
+{
+    if (!comm) return INVALID(NULL, "smddp_comm_create: comm (the output) is NULL");
+    if (!store || !store->set || !store->get || !store->add)
+        return INVALID(NULL, "smddp_comm_create: the store and its set, get and add callbacks "
+                             "must be non-NULL");
+    if (store->size < sizeof(smddp_store_t))
+        return INVALID(NULL, "smddp_comm_create: store->size is %zu, expected %zu "
+                             "(sizeof(smddp_store_t))", store->size, sizeof(smddp_store_t));
+    if (world_size < 1)
+        return INVALID(NULL, "smddp_comm_create: world_size is %d; it must be >= 1", world_size);
+    if (rank < 0 || rank >= world_size)
+        return INVALID(NULL, "smddp_comm_create: rank %d is out of range [0, %d)", rank,
+                       world_size);
+    if (config && config->size < sizeof(smddp_comm_config_t))
+        return INVALID(NULL, "smddp_comm_create: config->size is %zu; initialise the config with "
+                             "SMDDP_COMM_CONFIG_INIT", config->size);
+    const char *prefix = config && config->prefix ? config->prefix : "smddp";
+    if (strlen(prefix) > 128)
+        return INVALID(NULL, "smddp_comm_create: prefix is longer than 128 characters");
+    int64_t timeout = config && config->timeout_ms >= 0 ? config->timeout_ms
+                                                         : smddp__params()->timeout_ms;
+    smddp__store_ref_t *ref = calloc(1, sizeof(*ref));
+    if (!ref) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the store reference");
+    ref->table = *store;
+    pthread_mutex_init(&ref->lock, NULL);
+    atomic_init(&ref->refs, 1);
+    smddp_status_t st = smddp__comm_create(ref, rank, world_size, prefix, timeout, comm);
+    if (st < 0) ref->table.release = NULL; /* the caller keeps the store when we fail */
+    smddp__store_unref(ref);
+    return st;
+}
+
+smddp_status_t smddp_comm_create_from_env(const smddp_comm_config_t *config, smddp_comm_t *comm)
+{
+    if (!comm) return INVALID(NULL, "smddp_comm_create_from_env: comm (the output) is NULL");
+    if (config && config->size < sizeof(smddp_comm_config_t))
+        return INVALID(NULL, "smddp_comm_create_from_env: config->size is %zu; initialise the "
+                             "config with SMDDP_COMM_CONFIG_INIT", config->size);
+    return smddp__comm_create_from_env(config, comm);
+}
+
+smddp_status_t smddp_comm_split(smddp_comm_t comm, int color, int key, smddp_comm_t *newcomm)
+{
+    if (!comm) return INVALID(NULL, "smddp_comm_split: comm is NULL");
+    if (!newcomm) return INVALID(comm, "smddp_comm_split: newcomm (the output) is NULL");
+    if (color < 0 && color != SMDDP_SPLIT_NOCOLOR)
+        return INVALID(comm, "smddp_comm_split: color %d is negative; use a color >= 0 or "
+                             "SMDDP_SPLIT_NOCOLOR", color);
+    return fail(comm, smddp__comm_split(comm, color, key, newcomm));
+}
+
+smddp_status_t smddp_comm_abort(smddp_comm_t comm)
+{
+    if (!comm) return INVALID(NULL, "smddp_comm_abort: comm is NULL");
+    char msg[128];
+    snprintf(msg, sizeof(msg), "aborted by the application (smddp_comm_abort on rank %d)",
+             comm->rank);
+    smddp__comm_abort(comm, SMDDP_ERR_ABORTED, msg);
+    return SMDDP_OK;
+}
+
+smddp_status_t smddp_comm_destroy(smddp_comm_t comm)
+{
+    if (!comm) return SMDDP_OK;
+    return smddp__comm_destroy(comm);
+}
+
+#define QUERY(fn, field)                                              \
+    smddp_status_t fn(smddp_comm_t comm, int *out)                    \
+    {                                                                 \
+        if (!comm) return INVALID(NULL, #fn ": comm is NULL");        \
+        if (!out) return INVALID(comm, #fn ": output pointer is NULL"); \
+        *out = comm->field;                                           \
+        return SMDDP_OK;                                              \
+    }
+QUERY(smddp_comm_rank, rank)
+QUERY(smddp_comm_size, size)
+QUERY(smddp_comm_local_rank, local_rank)
+QUERY(smddp_comm_local_size, local_size)
+QUERY(smddp_comm_node_count, node_count)
+
+/* ---- requests ------------------------------------------------------------ */
+
+smddp_status_t smddp_test(smddp_request_t req)
+{
+    if (!req) return INVALID(NULL, "smddp_test: req is NULL");
+    return smddp__request_test(req);
+}
+
+smddp_status_t smddp_wait(smddp_request_t req, int64_t timeout_ms)
+{
+    if (!req) return INVALID(NULL, "smddp_wait: req is NULL");
+    if (timeout_ms < 0 && timeout_ms != SMDDP_WAIT_DEFAULT)
+        return INVALID(NULL, "smddp_wait: timeout_ms is %" PRId64 "; use >= 0 or "
+                             "SMDDP_WAIT_DEFAULT", timeout_ms);
+    return smddp__request_wait(req, timeout_ms);
+}
+
+void smddp_request_free(smddp_request_t req)
+{
+    if (req) smddp__request_unref(req);
+}
+
+/* ---- collectives ---------------------------------------------------------- */
+
+typedef struct coll_check {
+    const char *fn;
+    smddp_comm_t comm;
+} coll_check_t;
+
+static smddp_status_t check_common(const coll_check_t *c, const smddp_coll_attr_t *attr)
+{
+    if (!c->comm) return INVALID(NULL, "%s: comm is NULL", c->fn);
+    if (attr) {
+        if (attr->size < sizeof(smddp_coll_attr_t))
+            return INVALID(c->comm, "%s: attr->size is %zu; initialise attributes with "
+                                    "SMDDP_COLL_ATTR_INIT", c->fn, attr->size);
+        if (attr->mem_type == SMDDP_MEM_CUDA)
+            return fail(c->comm, smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                                              "%s: CUDA memory is not supported yet by this build "
+                                              "of libsmddp; pass host memory (SMDDP_MEM_HOST)",
+                                              c->fn));
+        if (attr->mem_type != SMDDP_MEM_HOST)
+            return INVALID(c->comm, "%s: unknown memory type %d; accepted: SMDDP_MEM_HOST, "
+                                    "SMDDP_MEM_CUDA", c->fn, (int)attr->mem_type);
+    }
+    return SMDDP_OK;
+}
+
+static smddp_status_t check_dtype(const coll_check_t *c, smddp_dtype_t dtype)
+{
+    if ((unsigned)dtype >= SMDDP_DTYPE_COUNT)
+        return INVALID(c->comm, "%s: unknown dtype %d; accepted: " ACCEPTED_DTYPES, c->fn,
+                       (int)dtype);
+    return SMDDP_OK;
+}
+
+/* count >= 0, and count * multiple elements addressable. */
+static smddp_status_t check_count(const coll_check_t *c, const char *name, int64_t count,
+                                  smddp_dtype_t dtype, int64_t multiple)
+{
+    if (count < 0)
+        return INVALID(c->comm, "%s: %s is %" PRId64 "; counts must be >= 0", c->fn, name, count);
+    if (count > 0 && (uint64_t)count > (uint64_t)INT64_MAX / smddp_dtype_size(dtype) /
+                                           (uint64_t)multiple)
+        return INVALID(c->comm, "%s: %s %" PRId64 " x %zu bytes x %" PRId64 " overflows", c->fn,
+                       name, count, smddp_dtype_size(dtype), multiple);
+    return SMDDP_OK;
+}
+
+static smddp_status_t check_op(const coll_check_t *c, smddp_op_t op, smddp_dtype_t dtype)
+{
+    if ((unsigned)op >= SMDDP_OP_COUNT)
+        return INVALID(c->comm, "%s: unknown op %d; accepted: " ACCEPTED_OPS, c->fn, (int)op);
+    if (!smddp__reduce_valid(dtype, op)) {
+        if (op == SMDDP_PREMUL_SUM)
+            return INVALID(c->comm, "%s: premul_sum is defined for floating-point types only, "
+                                    "not %s", c->fn, smddp_dtype_name(dtype));
+        return INVALID(c->comm, "%s: op %s is not defined for %s; band, bor and bxor take "
+                                "int8, uint8, int32 or int64", c->fn, smddp_op_name(op),
+                       smddp_dtype_name(dtype));
+    }
+    return SMDDP_OK;
+}
+
+static smddp_status_t check_buf(const coll_check_t *c, const char *name, const void *buf,
+                                int64_t count)
+{
+    if (!buf && count > 0) return INVALID(c->comm, "%s: %s is NULL", c->fn, name);
+    return SMDDP_OK;
+}
+
+static smddp_status_t check_rank(const coll_check_t *c, const char *name, int r)
+{
+    if (r < 0 || r >= c->comm->size)
+        return INVALID(c->comm, "%s: %s %d is out of range for a communicator of %d ranks", c->fn,
+                       name, r, c->comm->size);
+    return SMDDP_OK;
+}
+
+static smddp_status_t submit(const coll_check_t *c, smddp__op_t *op, smddp_request_t *req)
+{
+    if (!op) return fail(c->comm, SMDDP_ERR_NO_MEMORY);
+    return fail(c->comm, smddp__submit(c->comm, op, req));
+}
+
+static smddp__op_t *make_op(smddp_comm_t comm, smddp__op_kind_t kind, const void *sendbuf,
+                            void *recvbuf, int64_t count, smddp_dtype_t dtype, smddp_op_t redop,
+                            int root, const smddp_coll_attr_t *attr)
+{
+    smddp__op_t *op = smddp__op_new(comm, kind);
+    if (!op) return NULL;
+    op->sendbuf = sendbuf;
+    op->recvbuf = recvbuf;
+    op->count = (size_t)count;
+    op->dtype = dtype;
+    op->spec.dtype = dtype;
+    op->spec.op = redop;
+    op->spec.premul = attr ? attr->premul_factor : 1.0;
+    op->root = root;
+    return op;
+}
+
+smddp_status_t smddp_allreduce(smddp_comm_t comm, const void *sendbuf, void *recvbuf,
+                               int64_t count, smddp_dtype_t dtype, smddp_op_t op,
+                               const smddp_coll_attr_t *attr, smddp_request_t *req)
+{
+    coll_check_t c = {"smddp_allreduce", comm};
+    SMDDP_CHECK(check_common(&c, attr));
+    SMDDP_CHECK(check_dtype(&c, dtype));
+    SMDDP_CHECK(check_op(&c, op, dtype));
+    SMDDP_CHECK(check_count(&c, "count", count, dtype, 1));
+    SMDDP_CHECK(check_buf(&c, "sendbuf", sendbuf, count));
+    SMDDP_CHECK(check_buf(&c, "recvbuf", recvbuf, count));
+    return submit(&c, make_op(comm, SMDDP_OP_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1,
+                              attr), req);
+}
+
+smddp_status_t smddp_reduce(smddp_comm_t comm, const void *sendbuf, void *recvbuf, int64_t count,
+                            smddp_dtype_t dtype, smddp_op_t op, int root,
+                            const smddp_coll_attr_t *attr, smddp_request_t *req)
+{
+    coll_check_t c = {"smddp_reduce", comm};
+    SMDDP_CHECK(check_common(&c, attr));
+    SMDDP_CHECK(check_dtype(&c, dtype));
+    SMDDP_CHECK(check_op(&c, op, dtype));
+    SMDDP_CHECK(check_count(&c, "count", count, dtype, 1));
+    SMDDP_CHECK(check_rank(&c, "root", root));
+    SMDDP_CHECK(check_buf(&c, "sendbuf", sendbuf, count));
+    if (comm->rank == root) SMDDP_CHECK(check_buf(&c, "recvbuf (on the root)", recvbuf, count));
+    return submit(&c, make_op(comm, SMDDP_OP_REDUCE, sendbuf, recvbuf, count, dtype, op, root,
+                              attr), req);
+}
+
+smddp_status_t smddp_broadcast(smddp_comm_t comm, void *buf, int64_t count, smddp_dtype_t dtype,
+                               int root, const smddp_coll_attr_t *attr, smddp_request_t *req)
+{
+    coll_check_t c = {"smddp_broadcast", comm};
+    SMDDP_CHECK(check_common(&c, attr));
+    SMDDP_CHECK(check_dtype(&c, dtype));
+    SMDDP_CHECK(check_count(&c, "count", count, dtype, 1));
+    SMDDP_CHECK(check_rank(&c, "root", root));
+    SMDDP_CHECK(check_buf(&c, "buf", buf, count));
+    return submit(&c, make_op(comm, SMDDP_OP_BROADCAST, buf, buf, count, dtype, SMDDP_SUM, root,
+                              attr), req);
+}
+
+smddp_status_t smddp_allgather(smddp_comm_t comm, const void *sendbuf, void *recvbuf,
+                               int64_t sendcount, smddp_dtype_t dtype,
+                               const smddp_coll_attr_t *attr, smddp_request_t *req)
+{
+    coll_check_t c = {"smddp_allgather", comm};
+    SMDDP_CHECK(check_common(&c, attr));
+    SMDDP_CHECK(check_dtype(&c, dtype));
+    SMDDP_CHECK(check_count(&c, "sendcount", sendcount, dtype, comm->size));
+    SMDDP_CHECK(check_buf(&c, "sendbuf", sendbuf, sendcount));
+    SMDDP_CHECK(check_buf(&c, "recvbuf", recvbuf, sendcount));
+    return submit(&c, make_op(comm, SMDDP_OP_ALLGATHER, sendbuf, recvbuf, sendcount, dtype,
+                              SMDDP_SUM, -1, attr), req);
+}
+
+smddp_status_t smddp_reduce_scatter(smddp_comm_t comm, const void *sendbuf, void *recvbuf,
+                                    int64_t recvcount, smddp_dtype_t dtype, smddp_op_t op,
+                                    const smddp_coll_attr_t *attr, smddp_request_t *req)
+{
+    coll_check_t c = {"smddp_reduce_scatter", comm};
+    SMDDP_CHECK(check_common(&c, attr));
+    SMDDP_CHECK(check_dtype(&c, dtype));
+    SMDDP_CHECK(check_op(&c, op, dtype));
+    SMDDP_CHECK(check_count(&c, "recvcount", recvcount, dtype, comm->size));
+    SMDDP_CHECK(check_buf(&c, "sendbuf", sendbuf, recvcount));
+    SMDDP_CHECK(check_buf(&c, "recvbuf", recvbuf, recvcount));
+    size_t es = smddp_dtype_size(dtype);
+    const char *own = (const char *)sendbuf + (size_t)comm->rank * (size_t)recvcount * es;
+    if (recvcount > 0 && recvbuf != (const void *)own && (const char *)recvbuf < own + (size_t)recvcount * es &&
+        (const char *)recvbuf + (size_t)recvcount * es > (const char *)sendbuf &&
+        (const char *)recvbuf < (const char *)sendbuf + (size_t)comm->size * (size_t)recvcount * es)
+        return INVALID(comm, "smddp_reduce_scatter: recvbuf overlaps sendbuf; in place, recvbuf "
+                             "must be sendbuf + rank * recvcount elements");
+    return submit(&c, make_op(comm, SMDDP_OP_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype,
+                              op, -1, attr), req);
+}
+
+smddp_status_t smddp_alltoall(smddp_comm_t comm, const void *sendbuf, void *recvbuf,
+                              int64_t count, smddp_dtype_t dtype, const smddp_coll_attr_t *attr,
+                              smddp_request_t *req)
+{
+    coll_check_t c = {"smddp_alltoall", comm};
+    SMDDP_CHECK(check_common(&c, attr));
+    SMDDP_CHECK(check_dtype(&c, dtype));
+    SMDDP_CHECK(check_count(&c, "count", count, dtype, comm->size));
+    SMDDP_CHECK(check_buf(&c, "sendbuf", sendbuf, count));
+    SMDDP_CHECK(check_buf(&c, "recvbuf", recvbuf, count));
+    if (count > 0 && sendbuf == recvbuf)
+        return INVALID(comm, "smddp_alltoall: in-place (sendbuf == recvbuf) is not supported; "
+                             "pass distinct buffers");
+    return submit(&c, make_op(comm, SMDDP_OP_ALLTOALL, sendbuf, recvbuf, count, dtype, SMDDP_SUM,
+                              -1, attr), req);
+}
+
+static smddp_status_t check_v(const coll_check_t *c, const char *cname, const int64_t *counts,
+                              const char *dname, const int64_t *displs, smddp_dtype_t dtype)
+{
+    if (!counts || !displs)
+        return INVALID(c->comm, "%s: %s and %s must be non-NULL arrays of %d entries", c->fn,
+                       cname, dname, c->comm->size);
+    for (int i = 0; i < c->comm->size; i++) {
+        if (counts[i] < 0 || displs[i] < 0)
+            return INVALID(c->comm, "%s: %s[%d] = %" PRId64 ", %s[%d] = %" PRId64
+                                    "; both must be >= 0", c->fn, cname, i, counts[i], dname, i,
+                           displs[i]);
+        SMDDP_CHECK(check_count(c, cname, counts[i], dtype, 1));
+        if (displs[i] > INT64_MAX / (int64_t)smddp_dtype_size(dtype) - counts[i])
+            return INVALID(c->comm, "%s: %s[%d] + %s[%d] overflows", c->fn, dname, i, cname, i);
+    }
+    return SMDDP_OK;
+}
+
+smddp_status_t smddp_alltoallv(smddp_comm_t comm, const void *sendbuf, const int64_t *sendcounts,
+                               const int64_t *sdispls, void *recvbuf, const int64_t *recvcounts,
+                               const int64_t *rdispls, smddp_dtype_t dtype,
+                               const smddp_coll_attr_t *attr, smddp_request_t *req)
+{
+    coll_check_t c = {"smddp_alltoallv", comm};
+    SMDDP_CHECK(check_common(&c, attr));
+    SMDDP_CHECK(check_dtype(&c, dtype));
+    SMDDP_CHECK(check_v(&c, "sendcounts", sendcounts, "sdispls", sdispls, dtype));
+    SMDDP_CHECK(check_v(&c, "recvcounts", recvcounts, "rdispls", rdispls, dtype));
+    int64_t stotal = 0, rtotal = 0;
+    for (int i = 0; i < comm->size; i++) {
+        stotal += sendcounts[i];
+        rtotal += recvcounts[i];
+    }
+    SMDDP_CHECK(check_buf(&c, "sendbuf", sendbuf, stotal));
+    SMDDP_CHECK(check_buf(&c, "recvbuf", recvbuf, rtotal));
+    if (stotal > 0 && sendbuf == recvbuf)
+        return INVALID(comm, "smddp_alltoallv: in-place (sendbuf == recvbuf) is not supported");
+    smddp__op_t *op = make_op(comm, SMDDP_OP_ALLTOALLV, sendbuf, recvbuf, stotal, dtype,
+                              SMDDP_SUM, -1, attr);
+    if (!op) return fail(comm, SMDDP_ERR_NO_MEMORY);
+    size_t n = (size_t)comm->size;
+    op->v = malloc(4 * n * sizeof(int64_t));
+    if (!op->v) {
+        smddp__request_unref(op);
+        return fail(comm, smddp__error(SMDDP_ERR_NO_MEMORY, "smddp_alltoallv: out of memory"));
+    }
+    memcpy(op->v, sendcounts, n * sizeof(int64_t));
+    memcpy(op->v + n, sdispls, n * sizeof(int64_t));
+    memcpy(op->v + 2 * n, recvcounts, n * sizeof(int64_t));
+    memcpy(op->v + 3 * n, rdispls, n * sizeof(int64_t));
+    return submit(&c, op, req);
+}
+
+smddp_status_t smddp_gather(smddp_comm_t comm, const void *sendbuf, void *recvbuf,
+                            int64_t sendcount, smddp_dtype_t dtype, int root,
+                            const smddp_coll_attr_t *attr, smddp_request_t *req)
+{
+    coll_check_t c = {"smddp_gather", comm};
+    SMDDP_CHECK(check_common(&c, attr));
+    SMDDP_CHECK(check_dtype(&c, dtype));
+    SMDDP_CHECK(check_count(&c, "sendcount", sendcount, dtype, comm->size));
+    SMDDP_CHECK(check_rank(&c, "root", root));
+    SMDDP_CHECK(check_buf(&c, "sendbuf", sendbuf, sendcount));
+    if (comm->rank == root) SMDDP_CHECK(check_buf(&c, "recvbuf (on the root)", recvbuf, sendcount));
+    return submit(&c, make_op(comm, SMDDP_OP_GATHER, sendbuf, recvbuf, sendcount, dtype,
+                              SMDDP_SUM, root, attr), req);
+}
+
+smddp_status_t smddp_scatter(smddp_comm_t comm, const void *sendbuf, void *recvbuf,
+                             int64_t recvcount, smddp_dtype_t dtype, int root,
+                             const smddp_coll_attr_t *attr, smddp_request_t *req)
+{
+    coll_check_t c = {"smddp_scatter", comm};
+    SMDDP_CHECK(check_common(&c, attr));
+    SMDDP_CHECK(check_dtype(&c, dtype));
+    SMDDP_CHECK(check_count(&c, "recvcount", recvcount, dtype, comm->size));
+    SMDDP_CHECK(check_rank(&c, "root", root));
+    if (comm->rank == root) SMDDP_CHECK(check_buf(&c, "sendbuf (on the root)", sendbuf, recvcount));
+    SMDDP_CHECK(check_buf(&c, "recvbuf", recvbuf, recvcount));
+    return submit(&c, make_op(comm, SMDDP_OP_SCATTER, sendbuf, recvbuf, recvcount, dtype,
+                              SMDDP_SUM, root, attr), req);
+}
+
+smddp_status_t smddp_barrier(smddp_comm_t comm, smddp_request_t *req)
+{
+    coll_check_t c = {"smddp_barrier", comm};
+    SMDDP_CHECK(check_common(&c, NULL));
+    return submit(&c, make_op(comm, SMDDP_OP_BARRIER, NULL, NULL, 0, SMDDP_UINT8, SMDDP_SUM, -1,
+                              NULL), req);
+}
+
+static smddp_status_t p2p(const coll_check_t *c, smddp__op_kind_t kind, const void *sbuf,
+                          void *rbuf, int64_t count, smddp_dtype_t dtype, int peer, int tag,
+                          const smddp_coll_attr_t *attr, smddp_request_t *req)
+{
+    SMDDP_CHECK(check_common(c, attr));
+    SMDDP_CHECK(check_dtype(c, dtype));
+    SMDDP_CHECK(check_count(c, "count", count, dtype, 1));
+    SMDDP_CHECK(check_rank(c, "peer", peer));
+    if (peer == c->comm->rank)
+        return INVALID(c->comm, "%s: peer %d is this rank; send/recv need another rank", c->fn,
+                       peer);
+    if (tag < 0) return INVALID(c->comm, "%s: tag %d is negative; tags must be >= 0", c->fn, tag);
+    SMDDP_CHECK(check_buf(c, "buf", kind == SMDDP_OP_SEND ? sbuf : rbuf, count));
+    smddp__op_t *op = make_op(c->comm, kind, sbuf, rbuf, count, dtype, SMDDP_SUM, peer, attr);
+    if (op) op->tag = tag;
+    return submit(c, op, req);
+}
+
+smddp_status_t smddp_send(smddp_comm_t comm, const void *buf, int64_t count, smddp_dtype_t dtype,
+                          int peer, int tag, const smddp_coll_attr_t *attr, smddp_request_t *req)
+{
+    coll_check_t c = {"smddp_send", comm};
+    if (!comm) return INVALID(NULL, "smddp_send: comm is NULL");
+    return p2p(&c, SMDDP_OP_SEND, buf, NULL, count, dtype, peer, tag, attr, req);
+}
+
+smddp_status_t smddp_recv(smddp_comm_t comm, void *buf, int64_t count, smddp_dtype_t dtype,
+                          int peer, int tag, const smddp_coll_attr_t *attr, smddp_request_t *req)
+{
+    coll_check_t c = {"smddp_recv", comm};
+    if (!comm) return INVALID(NULL, "smddp_recv: comm is NULL");
+    return p2p(&c, SMDDP_OP_RECV, NULL, buf, count, dtype, peer, tag, attr, req);
+}

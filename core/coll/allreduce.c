@@ -1,0 +1,150 @@
+/*
+ * Reductions inside a node, through the shared-memory staging buffers.
+ *
+ * One-shot (small messages): every rank copies its input into its staging
+ * half, then every rank reduces all P copies itself. One copy in, P reads,
+ * two synchronisations: the lowest latency.
+ *
+ * Two-shot (large messages): reduce-scatter then allgather, in rounds of one
+ * staging half. In each round every rank copies the pieces of its input that
+ * belong to its peers into its half, reduces its own piece across all halves
+ * (its own input read in place) into its half, and finally copies every
+ * reduced piece out. Each element is reduced by exactly one rank, in rank
+ * order, so every rank gets bit-identical results. Consecutive rounds use
+ * alternate halves, so a fast rank can start the next round while slower
+ * ones are still copying out.
+ *
+ * Reduce (to a root) is two-shot without the final copy on non-roots.
+ * Reduce-scatter is the first half of two-shot with the result written
+ * straight into the output.
+ */
+#include <string.h>
+
+#include "../param.h"
+#include "../transport/shm.h"
+#include "coll.h"
+
+#define MAX_LOCAL 256
+
+void smddp__piece(size_t n, int p, int q, size_t *off, size_t *len)
+{
+    size_t base = n / (size_t)p, rem = n % (size_t)p;
+    *off = (size_t)q * base + SMDDP_MIN((size_t)q, rem);
+    *len = base + ((size_t)q < rem ? 1 : 0);
+}
+
+static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
+{
+    size_t es = smddp_dtype_size(op->dtype);
+    size_t bytes = op->count * es;
+    int p = comm->local_size, me = comm->local_rank, h;
+    const void *srcs[MAX_LOCAL];
+    smddp__reduce_spec_t spec = op->spec;
+    spec.avg_div = comm->size;
+
+    SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
+    memcpy(smddp__shm_buf(comm, me, h), op->sendbuf, bytes);
+    SMDDP_CHECK(smddp__shm_sync(comm, op));
+    for (int q = 0; q < p; q++) srcs[q] = q == me ? op->sendbuf : smddp__shm_buf(comm, q, h);
+    smddp__reduce(&spec, op->recvbuf, srcs, p, op->count);
+    smddp__shm_step_end(comm, h);
+    return SMDDP_OK;
+}
+
+/* Two-shot; with root >= 0 only the root copies the result out (reduce). */
+static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int root_lr)
+{
+    size_t es = smddp_dtype_size(op->dtype);
+    int p = comm->local_size, me = comm->local_rank, h;
+    size_t round_elems = smddp__shm_half_size(comm) / es;
+    const char *send = op->sendbuf;
+    char *recv = op->recvbuf;
+    const void *srcs[MAX_LOCAL];
+    smddp__reduce_spec_t spec = op->spec;
+    spec.avg_div = comm->size;
+
+    for (size_t base = 0; base < op->count; base += round_elems) {
+        size_t m = SMDDP_MIN(round_elems, op->count - base);
+        size_t my_off, my_len;
+        smddp__piece(m, p, me, &my_off, &my_len);
+        SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
+        char *mine = smddp__shm_buf(comm, me, h);
+        /* Everything but my own piece goes to staging; mine is read in place. */
+        memcpy(mine, send + base * es, my_off * es);
+        memcpy(mine + (my_off + my_len) * es, send + (base + my_off + my_len) * es,
+               (m - my_off - my_len) * es);
+        SMDDP_CHECK(smddp__shm_sync(comm, op));
+        for (int q = 0; q < p; q++)
+            srcs[q] = q == me ? send + (base + my_off) * es
+                              : (const char *)smddp__shm_buf(comm, q, h) + my_off * es;
+        smddp__reduce(&spec, mine + my_off * es, srcs, p, my_len);
+        SMDDP_CHECK(smddp__shm_sync(comm, op));
+        if (root_lr < 0 || root_lr == me) {
+            for (int q = 0; q < p; q++) {
+                size_t off, len;
+                smddp__piece(m, p, q, &off, &len);
+                memcpy(recv + (base + off) * es, (char *)smddp__shm_buf(comm, q, h) + off * es,
+                       len * es);
+            }
+        }
+        smddp__shm_step_end(comm, h);
+    }
+    return SMDDP_OK;
+}
+
+smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
+{
+    const smddp__params_t *params = smddp__params();
+    size_t bytes = op->count * smddp_dtype_size(op->dtype);
+    if (comm->local_size > MAX_LOCAL)
+        return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "more than %d ranks on one node", MAX_LOCAL);
+    bool oneshot;
+    if (params->algo == 1)
+        oneshot = bytes <= smddp__shm_half_size(comm);
+    else if (params->algo == 2)
+        oneshot = false;
+    else
+        oneshot = bytes <= (size_t)params->oneshot_max && bytes <= smddp__shm_half_size(comm);
+    SMDDP_TRACE("allreduce seq %llu: %zu bytes, %s", (unsigned long long)op->seq, bytes,
+                oneshot ? "oneshot" : "twoshot");
+    return oneshot ? allreduce_oneshot(comm, op) : allreduce_twoshot(comm, op, -1);
+}
+
+smddp_status_t smddp__reduce_root(smddp_comm_t comm, smddp__op_t *op)
+{
+    if (comm->local_size > MAX_LOCAL)
+        return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "more than %d ranks on one node", MAX_LOCAL);
+    return allreduce_twoshot(comm, op, smddp__local_index(comm, op->root));
+}
+
+smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
+{
+    size_t es = smddp_dtype_size(op->dtype);
+    int p = comm->local_size, me = comm->local_rank, h;
+    size_t n = op->count; /* per rank */
+    size_t round_elems = smddp__shm_half_size(comm) / es / (size_t)p;
+    const char *send = op->sendbuf;
+    char *recv = op->recvbuf;
+    const void *srcs[MAX_LOCAL];
+    smddp__reduce_spec_t spec = op->spec;
+    spec.avg_div = comm->size;
+
+    if (p > MAX_LOCAL)
+        return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "more than %d ranks on one node", MAX_LOCAL);
+    if (round_elems == 0) round_elems = 1;
+    for (size_t base = 0; base < n; base += round_elems) {
+        size_t m = SMDDP_MIN(round_elems, n - base);
+        SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
+        char *mine = smddp__shm_buf(comm, me, h);
+        for (int q = 0; q < p; q++)
+            if (q != me)
+                memcpy(mine + (size_t)q * m * es, send + ((size_t)q * n + base) * es, m * es);
+        SMDDP_CHECK(smddp__shm_sync(comm, op));
+        for (int q = 0; q < p; q++)
+            srcs[q] = q == me ? send + ((size_t)me * n + base) * es
+                              : (const char *)smddp__shm_buf(comm, q, h) + (size_t)me * m * es;
+        smddp__reduce(&spec, recv + base * es, srcs, p, m);
+        smddp__shm_step_end(comm, h);
+    }
+    return SMDDP_OK;
+}

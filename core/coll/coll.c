@@ -1,0 +1,288 @@
+/*
+ * Dispatch, the cross-rank order check, and the data-movement collectives
+ * that reduce nothing (broadcast, allgather, gather, scatter, all-to-all,
+ * barrier). Every one moves data in rounds of one staging half: the writer
+ * copies into its own half, posts, and readers copy out of the writer's half
+ * (see transport/shm.h for the counter protocol).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../param.h"
+#include "../transport/shm.h"
+#include "coll.h"
+
+int smddp__local_index(smddp_comm_t comm, int rank)
+{
+    for (int i = 0; i < comm->local_size; i++)
+        if (comm->local_ranks[i] == rank) return i;
+    return -1;
+}
+
+static smddp_status_t broadcast(smddp_comm_t comm, smddp__op_t *op)
+{
+    size_t bytes = op->count * smddp_dtype_size(op->dtype);
+    size_t half = smddp__shm_half_size(comm);
+    int root = smddp__local_index(comm, op->root), me = comm->local_rank, h;
+    char *buf = op->recvbuf;
+    for (size_t off = 0; off < bytes; off += half) {
+        size_t n = SMDDP_MIN(half, bytes - off);
+        SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
+        if (me == root) memcpy(smddp__shm_buf(comm, me, h), buf + off, n);
+        uint32_t t = smddp__shm_post(comm);
+        if (me != root) {
+            SMDDP_CHECK(smddp__shm_wait(comm, op, root, t));
+            memcpy(buf + off, smddp__shm_buf(comm, root, h), n);
+        }
+        smddp__shm_step_end(comm, h);
+    }
+    return SMDDP_OK;
+}
+
+/* Allgather and gather: with root >= 0 only the root copies out. */
+static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root)
+{
+    size_t es = smddp_dtype_size(op->dtype);
+    size_t bytes = op->count * es;
+    size_t half = smddp__shm_half_size(comm);
+    int p = comm->local_size, me = comm->local_rank, h;
+    const char *send = op->sendbuf;
+    char *recv = op->recvbuf;
+    for (size_t off = 0; off < bytes; off += half) {
+        size_t n = SMDDP_MIN(half, bytes - off);
+        SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
+        memcpy(smddp__shm_buf(comm, me, h), send + off, n);
+        uint32_t t = smddp__shm_post(comm);
+        if (root < 0 || root == me) {
+            SMDDP_CHECK(smddp__shm_wait_all(comm, op, t));
+            for (int q = 0; q < p; q++) {
+                char *dst = recv + (size_t)comm->local_ranks[q] * bytes + off;
+                /* Own data too comes from staging: in place, recv may overlap send. */
+                if (q == me && dst == send + off) continue;
+                memcpy(dst, smddp__shm_buf(comm, q, h), n);
+            }
+        }
+        smddp__shm_step_end(comm, h);
+    }
+    return SMDDP_OK;
+}
+
+static smddp_status_t scatter(smddp_comm_t comm, smddp__op_t *op)
+{
+    size_t es = smddp_dtype_size(op->dtype);
+    size_t bytes = op->count * es; /* per rank */
+    int p = comm->local_size, me = comm->local_rank, h;
+    int root = smddp__local_index(comm, op->root);
+    size_t piece = smddp__shm_half_size(comm) / (size_t)p;
+    const char *send = op->sendbuf;
+    char *recv = op->recvbuf;
+    for (size_t off = 0; off < bytes; off += piece) {
+        size_t n = SMDDP_MIN(piece, bytes - off);
+        SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
+        char *mine = smddp__shm_buf(comm, me, h);
+        if (me == root) {
+            for (int q = 0; q < p; q++) {
+                const char *src = send + (size_t)comm->local_ranks[q] * bytes + off;
+                if (q == me) {
+                    if (recv + off != src) memcpy(recv + off, src, n);
+                } else {
+                    memcpy(mine + (size_t)q * piece, src, n);
+                }
+            }
+        }
+        uint32_t t = smddp__shm_post(comm);
+        if (me != root) {
+            SMDDP_CHECK(smddp__shm_wait(comm, op, root, t));
+            memcpy(recv + off, (char *)smddp__shm_buf(comm, root, h) + (size_t)me * piece, n);
+        }
+        smddp__shm_step_end(comm, h);
+    }
+    return SMDDP_OK;
+}
+
+/*
+ * All-to-all with per-pair byte counts. With check set (alltoallv), a first
+ * round exchanges send counts so that every rank verifies what it will
+ * receive, and agrees with every other rank on the verdict, before any data
+ * moves; it also yields the largest pair, which fixes the number of rounds.
+ */
+static smddp_status_t alltoall_common(smddp_comm_t comm, smddp__op_t *op, const int64_t *scounts,
+                                      const int64_t *sdispls, const int64_t *rcounts,
+                                      const int64_t *rdispls, bool check)
+{
+    size_t es = smddp_dtype_size(op->dtype);
+    int p = comm->local_size, me = comm->local_rank, h;
+    size_t half = smddp__shm_half_size(comm);
+    size_t piece = half / (size_t)p / es * es;
+    const char *send = op->sendbuf;
+    char *recv = op->recvbuf;
+    int64_t max_count = 0;
+
+    if (!check) {
+        max_count = scounts[0];
+    } else {
+        if ((size_t)(p + 1) * sizeof(int64_t) > half)
+            return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "alltoallv: too many local ranks (%d)", p);
+        SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
+        int64_t *mine = smddp__shm_buf(comm, me, h);
+        memcpy(mine, scounts, (size_t)p * sizeof(int64_t));
+        SMDDP_CHECK(smddp__shm_sync(comm, op));
+        int bad_from = -1;
+        for (int q = 0; q < p; q++) {
+            const int64_t *theirs = smddp__shm_buf(comm, q, h);
+            if (theirs[me] != rcounts[q] && bad_from < 0) bad_from = q;
+            for (int j = 0; j < p; j++) max_count = SMDDP_MAX(max_count, theirs[j]);
+        }
+        /* Slot p carries the verdict: -1 = fine, else the first bad sender. */
+        mine[p] = bad_from;
+        SMDDP_CHECK(smddp__shm_sync(comm, op));
+        int bad_rank = -1, bad_sender = -1;
+        for (int q = 0; q < p && bad_rank < 0; q++) {
+            const int64_t *theirs = smddp__shm_buf(comm, q, h);
+            if (theirs[p] >= 0) {
+                bad_rank = q;
+                bad_sender = (int)theirs[p];
+            }
+        }
+        int64_t sent = bad_rank >= 0
+                           ? ((const int64_t *)smddp__shm_buf(comm, bad_sender, h))[bad_rank]
+                           : 0;
+        smddp__shm_step_end(comm, h);
+        if (bad_rank >= 0) {
+            char desc[256];
+            smddp__op_describe(op, desc, sizeof(desc));
+            return smddp__error_quiet(
+                SMDDP_ERR_MISMATCH,
+                "%s: rank %d sends %" PRId64 " elements to rank %d, which expects a different "
+                "count in its recvcounts[%d]; send and receive counts must match pairwise",
+                desc, comm->local_ranks[bad_sender], sent, comm->local_ranks[bad_rank],
+                comm->local_ranks[bad_sender]);
+        }
+    }
+
+    size_t max_bytes = (size_t)max_count * es;
+    for (size_t off = 0; off < max_bytes; off += piece) {
+        SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
+        char *mine = smddp__shm_buf(comm, me, h);
+        for (int q = 0; q < p; q++) {
+            int r = comm->local_ranks[q];
+            size_t total = (size_t)scounts[r] * es;
+            if (off >= total) continue;
+            size_t n = SMDDP_MIN(piece, total - off);
+            const char *src = send + (size_t)sdispls[r] * es + off;
+            if (q == me)
+                memcpy(recv + (size_t)rdispls[r] * es + off, src, n);
+            else
+                memcpy(mine + (size_t)q * piece, src, n);
+        }
+        SMDDP_CHECK(smddp__shm_sync(comm, op));
+        for (int q = 0; q < p; q++) {
+            int r = comm->local_ranks[q];
+            size_t total = (size_t)rcounts[r] * es;
+            if (q == me || off >= total) continue;
+            size_t n = SMDDP_MIN(piece, total - off);
+            memcpy(recv + (size_t)rdispls[r] * es + off,
+                   (char *)smddp__shm_buf(comm, q, h) + (size_t)me * piece, n);
+        }
+        smddp__shm_step_end(comm, h);
+    }
+    return SMDDP_OK;
+}
+
+static smddp_status_t alltoall(smddp_comm_t comm, smddp__op_t *op)
+{
+    int p = comm->size;
+    int64_t *v = malloc(sizeof(int64_t) * 2 * (size_t)p);
+    if (!v) return smddp__error(SMDDP_ERR_NO_MEMORY, "alltoall: out of memory");
+    for (int q = 0; q < p; q++) {
+        v[q] = (int64_t)op->count;
+        v[p + q] = (int64_t)op->count * q;
+    }
+    smddp_status_t st = alltoall_common(comm, op, v, v + p, v, v + p, false);
+    free(v);
+    return st;
+}
+
+/* Cross-rank check of (sequence, kind, count, dtype, op, root): SMDDP_CHECK_ORDER. */
+typedef struct check_desc {
+    uint64_t seq;
+    int32_t kind;
+    int32_t dtype;
+    int32_t redop;
+    int32_t root;
+    uint64_t count;
+} check_desc_t;
+
+static smddp_status_t check_order(smddp_comm_t comm, smddp__op_t *op)
+{
+    check_desc_t mine = {op->seq, (int32_t)op->kind, (int32_t)op->dtype, -1, op->root, op->count};
+    if (op->kind == SMDDP_OP_ALLREDUCE || op->kind == SMDDP_OP_REDUCE ||
+        op->kind == SMDDP_OP_REDUCE_SCATTER)
+        mine.redop = (int32_t)op->spec.op;
+    if (op->kind == SMDDP_OP_ALLTOALLV || op->kind == SMDDP_OP_BARRIER) mine.count = 0;
+    memcpy(smddp__shm_meta(comm, comm->local_rank, (int)(op->seq & 1)), &mine, sizeof(mine));
+    SMDDP_CHECK(smddp__shm_sync(comm, op));
+    for (int q = 0; q < comm->local_size; q++) {
+        check_desc_t theirs;
+        memcpy(&theirs, smddp__shm_meta(comm, q, (int)(op->seq & 1)), sizeof(theirs));
+        if (memcmp(&theirs, &mine, sizeof(mine)) == 0) continue;
+        char desc[256];
+        smddp__op_describe(op, desc, sizeof(desc));
+        smddp__op_t other = {0};
+        other.kind = (smddp__op_kind_t)theirs.kind;
+        other.seq = theirs.seq;
+        other.count = theirs.count;
+        other.dtype = (smddp_dtype_t)theirs.dtype;
+        other.spec.op = theirs.redop >= 0 ? (smddp_op_t)theirs.redop : SMDDP_SUM;
+        other.root = theirs.root;
+        char odesc[256];
+        smddp__op_describe(&other, odesc, sizeof(odesc));
+        return smddp__error_quiet(SMDDP_ERR_MISMATCH,
+                                  "operation mismatch: rank %d issued %s (root %d) while rank %d "
+                                  "issued %s (root %d) at the same point",
+                                  comm->rank, desc, op->root, comm->local_ranks[q], odesc,
+                                  theirs.root);
+    }
+    return SMDDP_OK;
+}
+
+smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op)
+{
+    if (op->kind != SMDDP_OP_SEND && op->kind != SMDDP_OP_RECV && smddp__params()->check)
+        SMDDP_CHECK(check_order(comm, op));
+    switch (op->kind) {
+    case SMDDP_OP_ALLREDUCE:
+        if (op->count == 0) return SMDDP_OK;
+        return smddp__allreduce(comm, op);
+    case SMDDP_OP_REDUCE:
+        if (op->count == 0) return SMDDP_OK;
+        return smddp__reduce_root(comm, op);
+    case SMDDP_OP_REDUCE_SCATTER:
+        if (op->count == 0) return SMDDP_OK;
+        return smddp__reduce_scatter(comm, op);
+    case SMDDP_OP_BROADCAST:
+        return broadcast(comm, op);
+    case SMDDP_OP_ALLGATHER:
+        return gather_common(comm, op, -1);
+    case SMDDP_OP_GATHER:
+        return gather_common(comm, op, smddp__local_index(comm, op->root));
+    case SMDDP_OP_SCATTER:
+        return scatter(comm, op);
+    case SMDDP_OP_ALLTOALL:
+        if (op->count == 0) return SMDDP_OK;
+        return alltoall(comm, op);
+    case SMDDP_OP_ALLTOALLV: {
+        int p = comm->size;
+        return alltoall_common(comm, op, op->v, op->v + p, op->v + 2 * p, op->v + 3 * p, true);
+    }
+    case SMDDP_OP_BARRIER:
+        return smddp__shm_sync(comm, op);
+    case SMDDP_OP_SEND:
+    case SMDDP_OP_RECV:
+    case SMDDP_OP_KIND_COUNT:
+        break;
+    }
+    return smddp__error(SMDDP_ERR_INTERNAL, "unknown operation kind %d", (int)op->kind);
+}

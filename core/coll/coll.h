@@ -1,0 +1,16 @@
+/* Collective algorithms; one entry point per operation kind. */
+#ifndef SMDDP_CORE_COLL_H
+#define SMDDP_CORE_COLL_H
+
+#include "../comm.h"
+
+/* Splits n elements into p nearly equal pieces; piece q is [off, off + len). */
+void smddp__piece(size_t n, int p, int q, size_t *off, size_t *len);
+/* Local index of a comm rank on this node, or -1. */
+int smddp__local_index(smddp_comm_t comm, int rank);
+
+smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op);
+smddp_status_t smddp__reduce_root(smddp_comm_t comm, smddp__op_t *op);
+smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op);
+
+#endif /* SMDDP_CORE_COLL_H */

@@ -1,0 +1,341 @@
+/*
+ * Point-to-point messages (send/recv) on their own progress thread.
+ *
+ * Collectives run one at a time in issue order, but send/recv must not: the
+ * usual exchange "irecv from prev, isend to next" on every rank would
+ * deadlock if each rank's receive blocked its own send. So send/recv ops
+ * bypass the collective queue. Each goes into a FIFO per (direction, peer),
+ * which keeps messages between two ranks in order, and the p2p thread moves
+ * bytes for the head of every FIFO at once through the pair rings, never
+ * blocking on any single one. A message is a 16-byte header (magic, tag,
+ * length) and the payload.
+ */
+#include <inttypes.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../transport/shm.h"
+#include "coll.h"
+
+#define P2P_MAGIC 0x50325031u
+#define CHECK_EVERY_NS (50 * 1000 * 1000LL)
+
+typedef struct p2p_header {
+    uint32_t magic;
+    int32_t tag;
+    uint64_t bytes;
+} p2p_header_t;
+
+/* Progress of one message: header bytes first, then payload bytes. */
+typedef struct p2p_state {
+    p2p_header_t hdr;
+    size_t hdr_done;
+    size_t payload_done;
+    bool mismatch;
+} p2p_state_t;
+
+struct smddp__p2p {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool stopping;
+    smddp__op_t *incoming, *incoming_tail; /* submitted, not yet sorted */
+    smddp__op_t **sendq, **recvq;          /* per local rank: FIFO heads */
+    p2p_state_t *sends, *recvs;            /* state of each FIFO head */
+    int active;
+};
+
+static void fifo_push(smddp__op_t **head, smddp__op_t *op)
+{
+    op->next = NULL;
+    while (*head) head = &(*head)->next;
+    *head = op;
+}
+
+static void finish(smddp_comm_t comm, smddp__op_t **head, p2p_state_t *state, smddp_status_t st)
+{
+    smddp__op_t *op = *head;
+    *head = op->next;
+    memset(state, 0, sizeof(*state));
+    comm->p2p->active--;
+    smddp__op_complete(op, st);
+    smddp__request_unref(op);
+}
+
+/* Moves what it can for the head send to lr; true if any byte moved. */
+static bool progress_send(smddp_comm_t comm, int lr)
+{
+    smddp__p2p_t *p = comm->p2p;
+    smddp__op_t *op = p->sendq[lr];
+    p2p_state_t *st = &p->sends[lr];
+    size_t moved = 0;
+    if (st->hdr_done == 0 && st->hdr.magic == 0) {
+        st->hdr.magic = P2P_MAGIC;
+        st->hdr.tag = op->tag;
+        st->hdr.bytes = op->count * smddp_dtype_size(op->dtype);
+    }
+    if (st->hdr_done < sizeof(st->hdr)) {
+        size_t n = smddp__shm_ring_put(comm, lr, (char *)&st->hdr + st->hdr_done,
+                                       sizeof(st->hdr) - st->hdr_done);
+        st->hdr_done += n;
+        moved += n;
+        if (st->hdr_done < sizeof(st->hdr)) return moved > 0;
+    }
+    if (st->payload_done < st->hdr.bytes) {
+        size_t n = smddp__shm_ring_put(comm, lr, (const char *)op->sendbuf + st->payload_done,
+                                       (size_t)st->hdr.bytes - st->payload_done);
+        st->payload_done += n;
+        moved += n;
+    }
+    if (st->payload_done == st->hdr.bytes) {
+        finish(comm, &p->sendq[lr], st, SMDDP_OK);
+        return true;
+    }
+    return moved > 0;
+}
+
+static bool progress_recv(smddp_comm_t comm, int lr)
+{
+    smddp__p2p_t *p = comm->p2p;
+    smddp__op_t *op = p->recvq[lr];
+    p2p_state_t *st = &p->recvs[lr];
+    size_t moved = 0;
+    if (st->hdr_done < sizeof(st->hdr)) {
+        size_t n = smddp__shm_ring_get(comm, lr, (char *)&st->hdr + st->hdr_done,
+                                       sizeof(st->hdr) - st->hdr_done);
+        st->hdr_done += n;
+        moved += n;
+        if (st->hdr_done < sizeof(st->hdr)) return moved > 0;
+        uint64_t want = op->count * smddp_dtype_size(op->dtype);
+        if (st->hdr.magic != P2P_MAGIC) {
+            char desc[256];
+            smddp__op_describe(op, desc, sizeof(desc));
+            smddp_status_t err = smddp__error_quiet(SMDDP_ERR_INTERNAL,
+                                                    "%s: corrupt message header from rank %d",
+                                                    desc, op->root);
+            finish(comm, &p->recvq[lr], st, err);
+            return true;
+        }
+        st->mismatch = st->hdr.tag != op->tag || st->hdr.bytes != want;
+    }
+    if (st->payload_done < st->hdr.bytes) {
+        /* A mismatched message is drained and dropped, so the stream stays in step. */
+        char *dst = st->mismatch ? NULL : (char *)op->recvbuf + st->payload_done;
+        size_t n = smddp__shm_ring_get(comm, lr, dst, (size_t)st->hdr.bytes - st->payload_done);
+        st->payload_done += n;
+        moved += n;
+    }
+    if (st->payload_done == st->hdr.bytes) {
+        smddp_status_t result = SMDDP_OK;
+        if (st->mismatch) {
+            char desc[256];
+            smddp__op_describe(op, desc, sizeof(desc));
+            result = smddp__error_quiet(
+                SMDDP_ERR_MISMATCH,
+                "%s: the next message from rank %d has tag %d and %" PRIu64 " bytes, but this "
+                "recv expects tag %d and %zu bytes (messages between two ranks are matched in "
+                "order); the message was discarded",
+                desc, op->root, (int)st->hdr.tag, st->hdr.bytes, op->tag,
+                op->count * smddp_dtype_size(op->dtype));
+        }
+        finish(comm, &p->recvq[lr], st, result);
+        return true;
+    }
+    return moved > 0;
+}
+
+/* Fails every queued op with the current error message. */
+static void fail_all(smddp_comm_t comm, smddp_status_t st)
+{
+    smddp__p2p_t *p = comm->p2p;
+    char msg[SMDDP_ERRMSG_MAX];
+    snprintf(msg, sizeof(msg), "%s", smddp__last_error());
+    for (int lr = 0; lr < comm->local_size; lr++) {
+        while (p->sendq[lr]) {
+            smddp__error_quiet(st, "%s", msg);
+            finish(comm, &p->sendq[lr], &p->sends[lr], st);
+        }
+        while (p->recvq[lr]) {
+            smddp__error_quiet(st, "%s", msg);
+            finish(comm, &p->recvq[lr], &p->recvs[lr], st);
+        }
+    }
+}
+
+/* Deadline, abort and dead-peer checks for every FIFO head. */
+static smddp_status_t check_health(smddp_comm_t comm)
+{
+    smddp__p2p_t *p = comm->p2p;
+    const char *amsg = NULL;
+    int who = smddp__shm_abort_flag(comm, &amsg);
+    int64_t now = smddp__now_ns();
+    for (int lr = 0; lr < comm->local_size; lr++) {
+        for (int dir = 0; dir < 2; dir++) {
+            smddp__op_t *op = dir ? p->recvq[lr] : p->sendq[lr];
+            if (!op) continue;
+            char desc[256];
+            smddp__op_describe(op, desc, sizeof(desc));
+            if (atomic_load(&comm->aborted))
+                return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
+                                          desc, comm->abort_msg);
+            if (who >= 0)
+                return smddp__error_quiet(SMDDP_ERR_ABORTED,
+                                          "%s failed: rank %d aborted the communicator: %s", desc,
+                                          who, amsg);
+            int state = smddp__shm_peer_state(comm, lr);
+            /* A receive may still drain what a departed sender left in the ring. */
+            bool drained = !dir || smddp__shm_ring_avail(comm, lr) == 0;
+            if (state && drained)
+                return smddp__error_quiet(SMDDP_ERR_PEER_LOST, "%s failed: rank %d %s", desc,
+                                          op->root,
+                                          state == 1 ? "died" : "destroyed its communicator");
+            if (now >= op->deadline_ns)
+                return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
+                                          "%s timed out after %.3f s: rank %d did not %s", desc,
+                                          (double)comm->timeout_ms / 1000.0, op->root,
+                                          dir ? "send it" : "receive it");
+        }
+    }
+    return SMDDP_OK;
+}
+
+static void *p2p_main(void *arg)
+{
+    smddp_comm_t comm = arg;
+    smddp__p2p_t *p = comm->p2p;
+    int64_t last_check = 0;
+    int idle = 0;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        while (p->incoming) {
+            smddp__op_t *op = p->incoming;
+            p->incoming = op->next;
+            int lr = smddp__local_index(comm, op->root);
+            fifo_push(op->kind == SMDDP_OP_SEND ? &p->sendq[lr] : &p->recvq[lr], op);
+            p->active++;
+        }
+        p->incoming_tail = NULL;
+        if (p->active == 0) {
+            if (p->stopping) break;
+            pthread_cond_wait(&p->cond, &p->lock);
+            continue;
+        }
+        pthread_mutex_unlock(&p->lock);
+
+        bool moved = false;
+        for (int lr = 0; lr < comm->local_size; lr++) {
+            /* Keep going while heads complete: many small messages move in one pass. */
+            while (p->sendq[lr]) {
+                smddp__op_t *head = p->sendq[lr];
+                moved |= progress_send(comm, lr);
+                if (p->sendq[lr] == head) break;
+            }
+            while (p->recvq[lr]) {
+                smddp__op_t *head = p->recvq[lr];
+                moved |= progress_recv(comm, lr);
+                if (p->recvq[lr] == head) break;
+            }
+        }
+        int64_t now = smddp__now_ns();
+        if (now - last_check > CHECK_EVERY_NS) {
+            last_check = now;
+            smddp_status_t st = check_health(comm);
+            if (st < 0) {
+                SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
+                smddp__comm_abort(comm, st, smddp__last_error());
+                fail_all(comm, st);
+            }
+        }
+        /* Back off while nothing moves: spin, then yield, then short sleeps. */
+        if (moved) {
+            idle = 0;
+        } else if (++idle > 2000) {
+            struct timespec ts = {0, idle > 20000 ? 200 * 1000 : 20 * 1000};
+            nanosleep(&ts, NULL);
+        } else if (idle > 200) {
+            sched_yield();
+        }
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op)
+{
+    smddp__p2p_t *p = comm->p2p;
+    if (!p) {
+        p = calloc(1, sizeof(*p));
+        size_t n = (size_t)comm->local_size;
+        if (p) {
+            p->sendq = calloc(n, sizeof(*p->sendq));
+            p->recvq = calloc(n, sizeof(*p->recvq));
+            p->sends = calloc(n, sizeof(*p->sends));
+            p->recvs = calloc(n, sizeof(*p->recvs));
+        }
+        if (!p || !p->sendq || !p->recvq || !p->sends || !p->recvs) {
+            if (p) {
+                free(p->sendq);
+                free(p->recvq);
+                free(p->sends);
+                free(p->recvs);
+                free(p);
+            }
+            return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate send/recv state");
+        }
+        pthread_mutex_init(&p->lock, NULL);
+        pthread_cond_init(&p->cond, NULL);
+        comm->p2p = p;
+        int rc = pthread_create(&p->thread, NULL, p2p_main, comm);
+        if (rc != 0) {
+            comm->p2p = NULL;
+            free(p->sendq);
+            free(p->recvq);
+            free(p->sends);
+            free(p->recvs);
+            free(p);
+            return smddp__error(SMDDP_ERR_SYSTEM, "cannot start the send/recv thread: %s",
+                                strerror(rc));
+        }
+    }
+    if (atomic_load(&comm->aborted)) {
+        char desc[256];
+        smddp__op_describe(op, desc, sizeof(desc));
+        return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s not run: the communicator was aborted: %s",
+                                  desc, comm->abort_msg);
+    }
+    op->deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
+    atomic_fetch_add(&op->refs, 1); /* the engine's reference */
+    pthread_mutex_lock(&p->lock);
+    op->next = NULL;
+    if (p->incoming_tail)
+        p->incoming_tail->next = op;
+    else
+        p->incoming = op;
+    p->incoming_tail = op;
+    pthread_cond_signal(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    return SMDDP_OK;
+}
+
+void smddp__p2p_stop(smddp_comm_t comm)
+{
+    smddp__p2p_t *p = comm->p2p;
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    p->stopping = true;
+    pthread_cond_signal(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->thread, NULL);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->cond);
+    free(p->sendq);
+    free(p->recvq);
+    free(p->sends);
+    free(p->recvs);
+    free(p);
+    comm->p2p = NULL;
+}

@@ -1,0 +1,329 @@
+/*
+ * Communicator lifecycle: rendezvous through the store, grouping ranks into
+ * nodes, the shared-memory segment, the progress thread; split, abort and
+ * destroy.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "param.h"
+#include "transport/shm.h"
+
+#define HOSTNAME_MAX 256
+
+const char *smddp__op_kind_name(smddp__op_kind_t kind)
+{
+    static const char *const names[] = {
+        "allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
+        "alltoallv", "gather",  "scatter",   "barrier",   "send",           "recv",
+    };
+    return (unsigned)kind < SMDDP_OP_KIND_COUNT ? names[kind] : "unknown";
+}
+
+void smddp__op_describe(const smddp__op_t *op, char *buf, size_t cap)
+{
+    const char *name = smddp__op_kind_name(op->kind);
+    switch (op->kind) {
+    case SMDDP_OP_BARRIER:
+        snprintf(buf, cap, "barrier (seq %" PRIu64 ")", op->seq);
+        break;
+    case SMDDP_OP_SEND:
+    case SMDDP_OP_RECV:
+        snprintf(buf, cap, "%s (%s rank %d, message %" PRIu64 ", tag %d, count %zu, %s)", name,
+                 op->kind == SMDDP_OP_SEND ? "to" : "from", op->root, op->seq, op->tag, op->count,
+                 smddp_dtype_name(op->dtype));
+        break;
+    case SMDDP_OP_ALLREDUCE:
+    case SMDDP_OP_REDUCE:
+    case SMDDP_OP_REDUCE_SCATTER:
+        snprintf(buf, cap, "%s (seq %" PRIu64 ", count %zu, %s, %s)", name, op->seq, op->count,
+                 smddp_dtype_name(op->dtype), smddp_op_name(op->spec.op));
+        break;
+    default:
+        snprintf(buf, cap, "%s (seq %" PRIu64 ", count %zu, %s)", name, op->seq, op->count,
+                 smddp_dtype_name(op->dtype));
+        break;
+    }
+}
+
+/* ---- store access --------------------------------------------------------- */
+
+static smddp_status_t store_fail(smddp_status_t st, const char *what, const char *key)
+{
+    char inner[SMDDP_ERRMSG_MAX];
+    snprintf(inner, sizeof(inner), "%s", smddp__last_error());
+    if (st == SMDDP_ERR_TIMEOUT)
+        return smddp__error_quiet(st, "store %s of key %s timed out%s%s", what, key,
+                                  inner[0] ? ": " : "", inner);
+    return smddp__error_quiet(st < 0 ? st : SMDDP_ERR_STORE, "store %s of key %s failed%s%s", what,
+                              key, inner[0] ? ": " : "", inner);
+}
+
+smddp_status_t smddp__store_set(smddp__store_ref_t *s, const char *key, const void *v, size_t len)
+{
+    smddp__clear_error();
+    pthread_mutex_lock(&s->lock);
+    smddp_status_t st = s->table.set(s->table.ctx, key, v, len);
+    pthread_mutex_unlock(&s->lock);
+    return st < 0 ? store_fail(st, "set", key) : SMDDP_OK;
+}
+
+smddp_status_t smddp__store_get(smddp__store_ref_t *s, const char *key, int64_t timeout_ms,
+                                void **v, size_t *len)
+{
+    smddp__clear_error();
+    *v = NULL;
+    *len = 0;
+    pthread_mutex_lock(&s->lock);
+    smddp_status_t st = s->table.get(s->table.ctx, key, timeout_ms, v, len);
+    pthread_mutex_unlock(&s->lock);
+    if (st < 0) {
+        free(*v);
+        *v = NULL;
+        return store_fail(st, "get", key);
+    }
+    return SMDDP_OK;
+}
+
+smddp_status_t smddp__store_add(smddp__store_ref_t *s, const char *key, int64_t delta,
+                                int64_t *result)
+{
+    smddp__clear_error();
+    pthread_mutex_lock(&s->lock);
+    smddp_status_t st = s->table.add(s->table.ctx, key, delta, result);
+    pthread_mutex_unlock(&s->lock);
+    return st < 0 ? store_fail(st, "add", key) : SMDDP_OK;
+}
+
+void smddp__store_unref(smddp__store_ref_t *s)
+{
+    if (!s) return;
+    if (atomic_fetch_sub(&s->refs, 1) == 1) {
+        if (s->on_free) s->on_free(s);
+        if (s->table.release) s->table.release(s->table.ctx);
+        pthread_mutex_destroy(&s->lock);
+        free(s);
+    }
+}
+
+/* ---- creation ------------------------------------------------------------- */
+
+static void node_name(char *out, size_t cap)
+{
+    const smddp__params_t *params = smddp__params();
+    if (params->hostname[0]) {
+        snprintf(out, cap, "%s", params->hostname);
+        return;
+    }
+    if (gethostname(out, cap) != 0) snprintf(out, cap, "localhost");
+    out[cap - 1] = '\0';
+}
+
+/* Exchanges node names through the store and fills the topology fields. */
+static smddp_status_t discover_topology(smddp_comm_t comm)
+{
+    char key[512], mine[HOSTNAME_MAX];
+    char(*names)[HOSTNAME_MAX] = NULL;
+    smddp_status_t st = SMDDP_OK;
+
+    node_name(mine, sizeof(mine));
+    snprintf(key, sizeof(key), "%s/host/%d", comm->prefix, comm->rank);
+    SMDDP_CHECK(smddp__store_set(comm->store, key, mine, strlen(mine) + 1));
+
+    names = calloc((size_t)comm->size, sizeof(*names));
+    comm->node_of = calloc((size_t)comm->size, sizeof(int));
+    comm->local_ranks = calloc((size_t)comm->size, sizeof(int));
+    if (!names || !comm->node_of || !comm->local_ranks) {
+        st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate topology for %d ranks", comm->size);
+        goto out;
+    }
+    for (int r = 0; r < comm->size; r++) {
+        void *v;
+        size_t len;
+        snprintf(key, sizeof(key), "%s/host/%d", comm->prefix, r);
+        st = smddp__store_get(comm->store, key, comm->timeout_ms, &v, &len);
+        if (st == SMDDP_ERR_TIMEOUT) {
+            st = smddp__error(SMDDP_ERR_TIMEOUT,
+                              "communicator creation timed out after %.3f s: rank %d of %d did "
+                              "not join (store key %s)",
+                              (double)comm->timeout_ms / 1000.0, r, comm->size, key);
+            goto out;
+        }
+        if (st < 0) goto out;
+        if (len == 0 || len > HOSTNAME_MAX || ((char *)v)[len - 1] != '\0') {
+            free(v);
+            st = smddp__error(SMDDP_ERR_STORE, "malformed node name from rank %d (store key %s)", r,
+                              key);
+            goto out;
+        }
+        memcpy(names[r], v, len);
+        free(v);
+    }
+    comm->node_count = 0;
+    for (int r = 0; r < comm->size; r++) {
+        int node = -1;
+        for (int q = 0; q < r && node < 0; q++)
+            if (strcmp(names[q], names[r]) == 0) node = comm->node_of[q];
+        comm->node_of[r] = node >= 0 ? node : comm->node_count++;
+    }
+    comm->node = comm->node_of[comm->rank];
+    comm->local_size = 0;
+    for (int r = 0; r < comm->size; r++) {
+        if (comm->node_of[r] != comm->node) continue;
+        if (r == comm->rank) comm->local_rank = comm->local_size;
+        comm->local_ranks[comm->local_size++] = r;
+    }
+    if (comm->node_count > 1) {
+        st = smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                          "the communicator spans %d nodes (rank 0 on \"%s\", rank %d on \"%s\"), "
+                          "but this build of libsmddp moves data only between ranks of one node; "
+                          "the libfabric transport is not built yet",
+                          comm->node_count, names[0], comm->rank, mine);
+        goto out;
+    }
+out:
+    free(names);
+    return st;
+}
+
+static void comm_free(smddp_comm_t comm)
+{
+    free(comm->node_of);
+    free(comm->local_ranks);
+    free(comm->p2p_send_seq);
+    free(comm->p2p_recv_seq);
+    pthread_mutex_destroy(&comm->lock);
+    pthread_mutex_destroy(&comm->exec_lock);
+    pthread_mutex_destroy(&comm->err_lock);
+    pthread_cond_destroy(&comm->cond);
+    free(comm);
+}
+
+smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
+                                  const char *prefix, int64_t timeout_ms, smddp_comm_t *out)
+{
+    smddp_status_t st;
+    smddp_comm_t comm = calloc(1, sizeof(*comm));
+    if (!comm) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate a communicator");
+    comm->rank = rank;
+    comm->size = size;
+    comm->timeout_ms = timeout_ms;
+    comm->store = store;
+    snprintf(comm->prefix, sizeof(comm->prefix), "%s", prefix);
+    pthread_mutex_init(&comm->lock, NULL);
+    pthread_mutex_init(&comm->exec_lock, NULL);
+    pthread_mutex_init(&comm->err_lock, NULL);
+    pthread_cond_init(&comm->cond, NULL);
+    atomic_init(&comm->aborted, 0);
+    comm->p2p_send_seq = calloc((size_t)size, sizeof(uint64_t));
+    comm->p2p_recv_seq = calloc((size_t)size, sizeof(uint64_t));
+    if (!comm->p2p_send_seq || !comm->p2p_recv_seq) {
+        st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate a communicator of %d ranks", size);
+        goto fail;
+    }
+
+    SMDDP_CHECK_GOTO(discover_topology(comm), st, fail);
+    SMDDP_CHECK_GOTO(smddp__shm_setup(comm), st, fail);
+    SMDDP_CHECK_GOTO(smddp__sched_start(comm), st, fail_shm);
+
+    atomic_fetch_add(&store->refs, 1);
+    SMDDP_INFO("communicator %s: rank %d of %d, local rank %d of %d, %d node(s), transports: shm",
+               comm->prefix, comm->rank, comm->size, comm->local_rank, comm->local_size,
+               comm->node_count);
+    *out = comm;
+    return SMDDP_OK;
+
+fail_shm:
+    smddp__shm_teardown(comm);
+fail:
+    comm_free(comm);
+    return st;
+}
+
+void smddp__comm_set_last_error(smddp_comm_t comm, const char *msg)
+{
+    pthread_mutex_lock(&comm->err_lock);
+    snprintf(comm->last_error, sizeof(comm->last_error), "%s", msg);
+    pthread_mutex_unlock(&comm->err_lock);
+}
+
+void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg)
+{
+    int expected = 0;
+    /* The first failure's message is the one every later op reports. */
+    pthread_mutex_lock(&comm->err_lock);
+    if (atomic_compare_exchange_strong(&comm->aborted, &expected, 1)) {
+        snprintf(comm->abort_msg, sizeof(comm->abort_msg), "%s", msg);
+        comm->abort_status = status;
+    }
+    pthread_mutex_unlock(&comm->err_lock);
+    char shared[SMDDP_ERRMSG_MAX];
+    snprintf(shared, sizeof(shared), "%s", comm->abort_msg);
+    smddp__shm_abort(comm, shared);
+}
+
+smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
+{
+    smddp__sched_stop(comm);
+    smddp__p2p_stop(comm);
+    smddp__shm_teardown(comm);
+    smddp__store_unref(comm->store);
+    comm_free(comm);
+    return SMDDP_OK;
+}
+
+/* ---- split ---------------------------------------------------------------- */
+
+typedef struct split_entry {
+    int32_t color;
+    int32_t key;
+} split_entry_t;
+
+smddp_status_t smddp__comm_split(smddp_comm_t comm, int color, int key, smddp_comm_t *out)
+{
+    split_entry_t mine = {color, key};
+    split_entry_t *all = calloc((size_t)comm->size, sizeof(*all));
+    smddp_status_t st;
+    if (!all) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate split table");
+
+    /* The colours travel by an ordinary allgather, so split keeps issue order. */
+    smddp__op_t *op = smddp__op_new(comm, SMDDP_OP_ALLGATHER);
+    if (!op) {
+        free(all);
+        return SMDDP_ERR_NO_MEMORY;
+    }
+    op->sendbuf = &mine;
+    op->recvbuf = all;
+    op->count = sizeof(mine);
+    op->dtype = SMDDP_UINT8;
+    SMDDP_CHECK_GOTO(smddp__submit(comm, op, NULL), st, out);
+    uint64_t split_id = comm->split_count++;
+    if (color == SMDDP_SPLIT_NOCOLOR) {
+        *out = NULL;
+        st = SMDDP_OK;
+        goto out;
+    }
+    /* New rank = position by (key, parent rank) among ranks of my colour. */
+    int new_rank = 0, new_size = 0;
+    for (int r = 0; r < comm->size; r++) {
+        if (all[r].color != color) continue;
+        new_size++;
+        if (all[r].key < key || (all[r].key == key && r < comm->rank)) new_rank++;
+    }
+    char prefix[512];
+    int len = snprintf(prefix, sizeof(prefix), "%s/split%" PRIu64 "/%d", comm->prefix, split_id,
+                       color);
+    if (len < 0 || (size_t)len >= sizeof(comm->prefix)) {
+        st = smddp__error(SMDDP_ERR_NOT_SUPPORTED, "communicators split too deeply: store prefix "
+                          "%s would exceed %zu characters", prefix, sizeof(comm->prefix) - 1);
+        goto out;
+    }
+    st = smddp__comm_create(comm->store, new_rank, new_size, prefix, comm->timeout_ms, out);
+out:
+    free(all);
+    return st;
+}

@@ -1,0 +1,145 @@
+/*
+ * The communicator and the operations queued on it. Internal to core/ and
+ * abi/; nothing here is exported.
+ */
+#ifndef SMDDP_CORE_COMM_H
+#define SMDDP_CORE_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "common.h"
+#include "reduce/reduce.h"
+
+typedef enum smddp__op_kind {
+    SMDDP_OP_ALLREDUCE,
+    SMDDP_OP_REDUCE,
+    SMDDP_OP_BROADCAST,
+    SMDDP_OP_ALLGATHER,
+    SMDDP_OP_REDUCE_SCATTER,
+    SMDDP_OP_ALLTOALL,
+    SMDDP_OP_ALLTOALLV,
+    SMDDP_OP_GATHER,
+    SMDDP_OP_SCATTER,
+    SMDDP_OP_BARRIER,
+    SMDDP_OP_SEND,
+    SMDDP_OP_RECV,
+    SMDDP_OP_KIND_COUNT
+} smddp__op_kind_t;
+
+const char *smddp__op_kind_name(smddp__op_kind_t kind);
+
+/* One operation; the public smddp_request_t points at it. */
+typedef struct smddp_request {
+    smddp__op_kind_t kind;
+    uint64_t seq;            /* collective sequence number (p2p: per-peer message number) */
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;            /* elements, as the API defines it for this kind */
+    smddp_dtype_t dtype;
+    smddp__reduce_spec_t spec;
+    int root;                /* root, or peer for send/recv */
+    int tag;
+    int64_t *v;              /* alltoallv: sendcounts, sdispls, recvcounts, rdispls (4 * size), owned */
+    int64_t deadline_ns;     /* set when execution starts */
+
+    struct smddp_comm *comm;
+    struct smddp_request *next;
+    atomic_int refs;         /* the caller's handle and the engine's */
+    _Atomic uint32_t done;   /* 0 while running, 1 when finished (futex word) */
+    smddp_status_t status;
+    char errmsg[SMDDP_ERRMSG_MAX];
+} smddp__op_t;
+
+/* A store shared by a communicator and those split from it. */
+typedef struct smddp__store_ref {
+    smddp_store_t table;
+    atomic_int refs;
+    pthread_mutex_t lock;    /* one callback at a time */
+    void (*on_free)(struct smddp__store_ref *self); /* optional, before it is freed */
+} smddp__store_ref_t;
+
+typedef struct smddp__shm smddp__shm_t;
+typedef struct smddp__p2p smddp__p2p_t;
+
+struct smddp_comm {
+    int rank;
+    int size;
+    int local_rank;
+    int local_size;
+    int node_count;
+    int node;                /* this rank's node index */
+    int *local_ranks;        /* comm rank of each local rank */
+    int *node_of;            /* node index of each rank */
+    char prefix[256];
+    int64_t timeout_ms;
+
+    smddp__store_ref_t *store;
+    smddp__shm_t *shm;
+    smddp__p2p_t *p2p;       /* send/recv engine, started on first use */
+
+    /* Scheduler: the queue, guarded by lock; exec_lock is held by whoever runs ops. */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    smddp__op_t *head, *tail;
+    bool stopping;
+    bool thread_started;
+    pthread_t thread;
+    pthread_mutex_t exec_lock;
+    uint64_t next_seq;
+    uint64_t *p2p_send_seq;  /* per peer, next message number */
+    uint64_t *p2p_recv_seq;
+    uint64_t split_count;
+
+    /* Abort: first failure wins; later ops fail fast with its message. */
+    atomic_int aborted;
+    smddp_status_t abort_status;
+    char abort_msg[SMDDP_ERRMSG_MAX];
+
+    pthread_mutex_t err_lock;
+    char last_error[SMDDP_ERRMSG_MAX];
+};
+
+/* Creation through a store reference (takes one reference on success). */
+smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
+                                  const char *prefix, int64_t timeout_ms,
+                                  smddp_comm_t *out);
+smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config,
+                                           smddp_comm_t *out);
+smddp_status_t smddp__comm_split(smddp_comm_t comm, int color, int key, smddp_comm_t *out);
+void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg);
+smddp_status_t smddp__comm_destroy(smddp_comm_t comm);
+void smddp__comm_set_last_error(smddp_comm_t comm, const char *msg);
+
+/* Store access, serialised per store. Errors carry the key in the message. */
+smddp_status_t smddp__store_set(smddp__store_ref_t *s, const char *key, const void *v, size_t len);
+smddp_status_t smddp__store_get(smddp__store_ref_t *s, const char *key, int64_t timeout_ms,
+                                void **v, size_t *len);
+smddp_status_t smddp__store_add(smddp__store_ref_t *s, const char *key, int64_t delta,
+                                int64_t *result);
+void smddp__store_unref(smddp__store_ref_t *s);
+
+/* Scheduler (sched.c). */
+smddp_status_t smddp__sched_start(smddp_comm_t comm);
+void smddp__sched_stop(smddp_comm_t comm);
+/* Enqueues op (or runs it inline when req is NULL and the comm is idle). */
+smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t *req);
+smddp__op_t *smddp__op_new(smddp_comm_t comm, smddp__op_kind_t kind);
+smddp_status_t smddp__request_wait(smddp__op_t *op, int64_t timeout_ms);
+smddp_status_t smddp__request_test(smddp__op_t *op);
+void smddp__request_unref(smddp__op_t *op);
+
+/* Marks op finished with st (message from the thread's last error) and wakes waiters. */
+void smddp__op_complete(smddp__op_t *op, smddp_status_t st);
+
+/* send/recv engine (coll/p2p.c). */
+smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op);
+void smddp__p2p_stop(smddp_comm_t comm);
+
+/* Runs one operation on the calling thread (coll/coll.c). */
+smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op);
+
+/* Describes an op for messages: "allreduce (seq 5, 1024 x float32, sum)". */
+void smddp__op_describe(const smddp__op_t *op, char *buf, size_t cap);
+
+#endif /* SMDDP_CORE_COMM_H */

@@ -1,0 +1,202 @@
+/*
+ * The per-communicator scheduler: a FIFO of operations and one progress
+ * thread that runs them in issue order.
+ *
+ * Whoever executes operations holds exec_lock: normally the progress thread,
+ * but a blocking call (req == NULL) on an idle communicator runs its operation
+ * on the caller's thread instead, which saves the two thread hand-offs that
+ * dominate small-message latency. Because the inline path only runs when the
+ * queue is empty and it takes exec_lock before releasing the queue lock,
+ * issue order is preserved.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "param.h"
+
+static long futex_private(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)addr, op | FUTEX_PRIVATE_FLAG, val, ts, NULL, 0);
+}
+
+smddp__op_t *smddp__op_new(smddp_comm_t comm, smddp__op_kind_t kind)
+{
+    smddp__op_t *op = calloc(1, sizeof(*op));
+    if (!op) {
+        smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate a request");
+        return NULL;
+    }
+    op->comm = comm;
+    op->kind = kind;
+    op->root = -1;
+    op->spec.premul = 1.0;
+    atomic_init(&op->refs, 1);
+    atomic_init(&op->done, 0);
+    return op;
+}
+
+void smddp__request_unref(smddp__op_t *op)
+{
+    if (atomic_fetch_sub(&op->refs, 1) == 1) {
+        free(op->v);
+        free(op);
+    }
+}
+
+void smddp__op_complete(smddp__op_t *op, smddp_status_t st)
+{
+    op->status = st;
+    if (st < 0) {
+        snprintf(op->errmsg, sizeof(op->errmsg), "%s", smddp__last_error());
+        smddp__comm_set_last_error(op->comm, op->errmsg);
+    }
+    atomic_store(&op->done, 1);
+    futex_private(&op->done, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* Runs one op; failures abort the communicator so later ops fail fast. */
+static void run_op(smddp_comm_t comm, smddp__op_t *op)
+{
+    smddp_status_t st;
+    if (atomic_load(&comm->aborted)) {
+        char desc[256];
+        smddp__op_describe(op, desc, sizeof(desc));
+        st = smddp__error_quiet(SMDDP_ERR_ABORTED, "%s not run: the communicator was aborted: %s",
+                                desc, comm->abort_msg);
+    } else {
+        op->deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
+        smddp__clear_error();
+        st = smddp__op_execute(comm, op);
+        if (st < 0 && st != SMDDP_ERR_INVALID_ARGUMENT) {
+            SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
+            smddp__comm_abort(comm, st, smddp__last_error());
+        }
+    }
+    smddp__op_complete(op, st);
+}
+
+static void *progress_main(void *arg)
+{
+    smddp_comm_t comm = arg;
+    pthread_mutex_lock(&comm->lock);
+    for (;;) {
+        smddp__op_t *op = comm->head;
+        if (op) {
+            comm->head = op->next;
+            if (!comm->head) comm->tail = NULL;
+            pthread_mutex_unlock(&comm->lock);
+            pthread_mutex_lock(&comm->exec_lock);
+            run_op(comm, op);
+            pthread_mutex_unlock(&comm->exec_lock);
+            smddp__request_unref(op);
+            pthread_mutex_lock(&comm->lock);
+            continue;
+        }
+        if (comm->stopping) break;
+        pthread_cond_wait(&comm->cond, &comm->lock);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return NULL;
+}
+
+smddp_status_t smddp__sched_start(smddp_comm_t comm)
+{
+    int rc = pthread_create(&comm->thread, NULL, progress_main, comm);
+    if (rc != 0)
+        return smddp__error(SMDDP_ERR_SYSTEM, "cannot start the progress thread: %s", strerror(rc));
+    comm->thread_started = true;
+    return SMDDP_OK;
+}
+
+void smddp__sched_stop(smddp_comm_t comm)
+{
+    if (!comm->thread_started) return;
+    pthread_mutex_lock(&comm->lock);
+    comm->stopping = true;
+    pthread_cond_signal(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    pthread_join(comm->thread, NULL);
+    comm->thread_started = false;
+}
+
+smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t *req)
+{
+    pthread_mutex_lock(&comm->lock);
+    if (comm->stopping) {
+        pthread_mutex_unlock(&comm->lock);
+        smddp__request_unref(op);
+        return smddp__error(SMDDP_ERR_INVALID_ARGUMENT, "communicator is being destroyed");
+    }
+    if (op->kind == SMDDP_OP_SEND || op->kind == SMDDP_OP_RECV) {
+        op->seq = op->kind == SMDDP_OP_SEND ? comm->p2p_send_seq[op->root]++
+                                            : comm->p2p_recv_seq[op->root]++;
+        smddp_status_t st = smddp__p2p_submit(comm, op);
+        pthread_mutex_unlock(&comm->lock);
+        if (st < 0 || !req) {
+            if (st >= 0) st = smddp__request_wait(op, -1);
+            smddp__request_unref(op);
+            return st;
+        }
+        *req = op;
+        return SMDDP_OK;
+    }
+    op->seq = comm->next_seq++;
+
+    if (!req && smddp__params()->inline_exec && !comm->head &&
+        pthread_mutex_trylock(&comm->exec_lock) == 0) {
+        pthread_mutex_unlock(&comm->lock);
+        run_op(comm, op);
+        pthread_mutex_unlock(&comm->exec_lock);
+        smddp_status_t st = op->status;
+        if (st < 0) smddp__error_quiet(st, "%s", op->errmsg);
+        smddp__request_unref(op);
+        return st;
+    }
+
+    atomic_fetch_add(&op->refs, 1); /* the engine's reference */
+    if (comm->tail)
+        comm->tail->next = op;
+    else
+        comm->head = op;
+    comm->tail = op;
+    pthread_cond_signal(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+
+    if (req) {
+        *req = op;
+        return SMDDP_OK;
+    }
+    smddp_status_t st = smddp__request_wait(op, -1);
+    smddp__request_unref(op);
+    return st;
+}
+
+smddp_status_t smddp__request_test(smddp__op_t *op)
+{
+    if (!atomic_load(&op->done)) return SMDDP_IN_PROGRESS;
+    if (op->status < 0) return smddp__error_quiet(op->status, "%s", op->errmsg);
+    return op->status;
+}
+
+smddp_status_t smddp__request_wait(smddp__op_t *op, int64_t timeout_ms)
+{
+    int64_t deadline = timeout_ms >= 0 ? smddp__now_ns() + timeout_ms * 1000000LL : 0;
+    for (int i = 0; i < 2000 && !atomic_load(&op->done); i++) __builtin_ia32_pause();
+    while (!atomic_load(&op->done)) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        if (deadline) {
+            int64_t left = deadline - smddp__now_ns();
+            if (left <= 0) return SMDDP_IN_PROGRESS;
+            if (left < 100 * 1000 * 1000) ts.tv_nsec = left;
+        }
+        futex_private(&op->done, FUTEX_WAIT, 0, &ts);
+    }
+    return smddp__request_test(op);
+}

@@ -1,0 +1,615 @@
+/*
+ * Shared-memory transport among the ranks of one node.
+ *
+ * Local rank 0 creates one segment per communicator under an unguessable
+ * name (O_EXCL, mode 0600), publishes the name through the store, and every
+ * local rank maps it; the last one to map it unlinks the name, so a job that
+ * crashes later leaves nothing in /dev/shm. Layout:
+ *
+ *   header | ctrl[P] | meta[P][2] | ring ctrl[P][P] | data[P][2 halves] | ring data[P][P]
+ *
+ * Each rank owns one counter (ctrl[r].ctr) that only it increments. Waiting
+ * for a peer is "wait until its counter reaches a value": spin for a few
+ * microseconds, then yield, then sleep on a futex on the counter, waking every
+ * slice to check the deadline, the segment's abort flag and whether the peer
+ * process still exists.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/futex.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "../param.h"
+#include "shm.h"
+
+#define SHM_MAGIC 0x736d646470736d31ULL /* "smddpsm1" */
+#define CACHELINE 128
+#define SLICE_NS (50 * 1000 * 1000LL)
+
+typedef struct shm_header {
+    uint64_t magic;
+    uint32_t nranks;
+    _Atomic uint32_t abort_flag; /* 0, or 1 + local rank that aborted */
+    char abort_msg[SMDDP_ERRMSG_MAX];
+} shm_header_t;
+
+typedef struct shm_ctrl {
+    _Atomic uint32_t ctr;
+    _Atomic uint32_t sleepers;
+    _Atomic int32_t pid;
+    _Atomic uint32_t left; /* set when the rank destroyed its communicator */
+    char pad[CACHELINE - 16];
+} shm_ctrl_t;
+
+/* One direction of a pair ring: a byte count and a futex tick, each on its own line. */
+typedef struct ring_side {
+    _Atomic uint64_t bytes;
+    _Atomic uint32_t tick;
+    _Atomic uint32_t sleepers;
+    char pad[CACHELINE - 16];
+} ring_side_t;
+
+typedef struct ring_ctrl {
+    ring_side_t tail; /* written by the sender */
+    ring_side_t head; /* written by the receiver */
+} ring_ctrl_t;
+
+struct smddp__shm {
+    char name[64];
+    void *base;
+    size_t len;
+    shm_header_t *hdr;
+    shm_ctrl_t *ctrl;
+    char *meta;
+    ring_ctrl_t *rings;
+    char *data;
+    char *ring_data;
+    size_t half;      /* bytes in one staging half */
+    size_t ring_size; /* bytes in one pair ring */
+    uint32_t my_ctr;
+    uint32_t free_at[2];
+    int next_half;
+    int64_t spin_ns;
+    int64_t yield_ns;
+};
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static void wake_word(_Atomic uint32_t *word, _Atomic uint32_t *sleepers)
+{
+    if (atomic_load(sleepers) > 0) futex(word, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static void layout(smddp__shm_t *s, int nranks, size_t *sizes)
+{
+    size_t p = (size_t)nranks;
+    sizes[0] = align_up(sizeof(shm_header_t), CACHELINE);
+    sizes[1] = p * sizeof(shm_ctrl_t);
+    sizes[2] = p * 2 * SMDDP_SHM_META_SIZE;
+    sizes[3] = p * p * sizeof(ring_ctrl_t);
+    sizes[4] = align_up(sizes[0] + sizes[1] + sizes[2] + sizes[3], 4096) -
+               (sizes[0] + sizes[1] + sizes[2] + sizes[3]);
+    sizes[5] = p * 2 * s->half;
+    sizes[6] = p * p * s->ring_size;
+}
+
+static void assign(smddp__shm_t *s, int nranks)
+{
+    size_t sizes[7];
+    layout(s, nranks, sizes);
+    char *b = s->base;
+    s->hdr = (shm_header_t *)b;
+    b += sizes[0];
+    s->ctrl = (shm_ctrl_t *)b;
+    b += sizes[1];
+    s->meta = b;
+    b += sizes[2];
+    s->rings = (ring_ctrl_t *)b;
+    b += sizes[3] + sizes[4];
+    s->data = b;
+    b += sizes[5];
+    s->ring_data = b;
+}
+
+static size_t total_size(smddp__shm_t *s, int nranks)
+{
+    size_t sizes[7], total = 0;
+    layout(s, nranks, sizes);
+    for (int i = 0; i < 7; i++) total += sizes[i];
+    return total;
+}
+
+static int online_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static smddp_status_t random_name(char *out, size_t cap)
+{
+    unsigned char rnd[16];
+    size_t got = 0;
+    while (got < sizeof(rnd)) {
+        ssize_t n = getrandom(rnd + got, sizeof(rnd) - got, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return smddp__error(SMDDP_ERR_SYSTEM, "getrandom failed: %s", strerror(errno));
+        }
+        got += (size_t)n;
+    }
+    int len = snprintf(out, cap, "/smddp-%d-", (int)getpid());
+    for (size_t i = 0; i < sizeof(rnd) && (size_t)len + 2 < cap; i++)
+        len += snprintf(out + len, cap - (size_t)len, "%02x", rnd[i]);
+    return SMDDP_OK;
+}
+
+static smddp_status_t map_segment(smddp__shm_t *s, int fd)
+{
+    s->base = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (s->base == MAP_FAILED) {
+        s->base = NULL;
+        return smddp__error(SMDDP_ERR_SYSTEM, "mmap of %zu bytes of shared memory %s failed: %s",
+                            s->len, s->name, strerror(errno));
+    }
+    return SMDDP_OK;
+}
+
+smddp_status_t smddp__shm_setup(smddp_comm_t comm)
+{
+    const smddp__params_t *params = smddp__params();
+    smddp_status_t st = SMDDP_OK;
+    smddp__shm_t *s = calloc(1, sizeof(*s));
+    char key[512];
+    void *val = NULL;
+    size_t vlen = 0;
+    int fd = -1;
+
+    if (!s) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate shared-memory state");
+    int p = comm->local_size;
+    s->half = align_up((size_t)SMDDP_MAX(params->shm_buffer / 2, 4096), 4096);
+    s->ring_size = align_up((size_t)SMDDP_MAX(params->p2p_buffer, 4096), 4096);
+    s->len = total_size(s, p);
+
+    int cpus = online_cpus();
+    bool oversubscribed = p > cpus;
+    /*
+     * Spin only briefly: a peer that is not running cannot arrive, and on a
+     * busy machine it may be waiting for this very core. Yielding next is
+     * nearly as fast as spinning when cores are free (the call returns at
+     * once) and hands the core over when they are not. Sleeping on the futex
+     * comes last, since a wake-up costs tens of microseconds.
+     */
+    if (params->spin >= 0)
+        s->spin_ns = (int64_t)params->spin * 1000;
+    else
+        s->spin_ns = oversubscribed ? 1000 : 20 * 1000;
+    s->yield_ns = 2 * 1000 * 1000;
+
+    snprintf(key, sizeof(key), "%s/shm/%d", comm->prefix, comm->node);
+    if (comm->local_rank == 0) {
+        SMDDP_CHECK_GOTO(random_name(s->name, sizeof(s->name)), st, fail);
+        fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd < 0) {
+            st = smddp__error(SMDDP_ERR_SYSTEM, "shm_open(%s) failed: %s", s->name,
+                              strerror(errno));
+            goto fail;
+        }
+        if (ftruncate(fd, (off_t)s->len) != 0) {
+            st = smddp__error(SMDDP_ERR_SYSTEM,
+                              "cannot size shared memory %s to %zu bytes: %s (is /dev/shm full?)",
+                              s->name, s->len, strerror(errno));
+            goto fail;
+        }
+        SMDDP_CHECK_GOTO(map_segment(s, fd), st, fail);
+        assign(s, p);
+        s->hdr->magic = SHM_MAGIC;
+        s->hdr->nranks = (uint32_t)p;
+        SMDDP_CHECK_GOTO(smddp__store_set(comm->store, key, s->name, strlen(s->name) + 1), st,
+                         fail);
+    } else {
+        SMDDP_CHECK_GOTO(smddp__store_get(comm->store, key, comm->timeout_ms, &val, &vlen), st,
+                         fail);
+        if (vlen == 0 || vlen > sizeof(s->name) || ((char *)val)[vlen - 1] != '\0' ||
+            strncmp(val, "/smddp-", 7) != 0) {
+            st = smddp__error(SMDDP_ERR_STORE, "malformed shared-memory name under store key %s",
+                              key);
+            goto fail;
+        }
+        memcpy(s->name, val, vlen);
+        fd = shm_open(s->name, O_RDWR, 0600);
+        if (fd < 0) {
+            st = smddp__error(SMDDP_ERR_SYSTEM,
+                              "cannot open shared memory %s created by local rank 0: %s",
+                              s->name, strerror(errno));
+            goto fail;
+        }
+        struct stat sb;
+        if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != s->len) {
+            st = smddp__error(SMDDP_ERR_INVALID_ARGUMENT,
+                              "shared memory %s has %lld bytes, expected %zu: do all ranks use "
+                              "the same SMDDP_SHM_BUFFER_SIZE and SMDDP_P2P_BUFFER_SIZE?",
+                              s->name, (long long)sb.st_size, s->len);
+            goto fail;
+        }
+        SMDDP_CHECK_GOTO(map_segment(s, fd), st, fail);
+        assign(s, p);
+        if (s->hdr->magic != SHM_MAGIC || s->hdr->nranks != (uint32_t)p) {
+            st = smddp__error(SMDDP_ERR_INTERNAL, "shared memory %s has a bad header", s->name);
+            goto fail;
+        }
+    }
+    close(fd);
+    fd = -1;
+    atomic_store(&s->ctrl[comm->local_rank].pid, (int32_t)getpid());
+
+    /*
+     * A barrier on the segment itself proves every local rank has mapped it;
+     * then the name can go, so that nothing is left in /dev/shm even if the
+     * job is killed later. On failure the name is removed below.
+     */
+    comm->shm = s;
+    smddp__op_t setup = {.kind = SMDDP_OP_BARRIER, .comm = comm};
+    setup.deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
+    st = smddp__shm_sync(comm, &setup);
+    if (st < 0) {
+        char msg[SMDDP_ERRMSG_MAX];
+        snprintf(msg, sizeof(msg), "%s", smddp__last_error());
+        comm->shm = NULL;
+        st = smddp__error(st, "shared-memory setup failed: %s", msg);
+        goto fail;
+    }
+    shm_unlink(s->name);
+    free(val);
+    comm->shm = s;
+    SMDDP_INFO("rank %d: shared memory %s mapped, %zu bytes (%d local ranks, %zu-byte halves)",
+               comm->rank, s->name, s->len, p, s->half);
+    return SMDDP_OK;
+
+fail:
+    if (fd >= 0) close(fd);
+    /* Any rank that knows the name removes it, so a failed setup leaves nothing behind. */
+    if (s->name[0]) shm_unlink(s->name);
+    if (s->base) munmap(s->base, s->len);
+    free(val);
+    free(s);
+    return st;
+}
+
+void smddp__shm_teardown(smddp_comm_t comm)
+{
+    smddp__shm_t *s = comm->shm;
+    if (!s) return;
+    shm_ctrl_t *me = &s->ctrl[comm->local_rank];
+    atomic_store(&me->left, 1);
+    /* Wake anyone sleeping on this rank so they notice it left. */
+    atomic_fetch_add(&me->ctr, 0);
+    futex(&me->ctr, FUTEX_WAKE, INT_MAX, NULL);
+    munmap(s->base, s->len);
+    free(s);
+    comm->shm = NULL;
+}
+
+void smddp__shm_abort(smddp_comm_t comm, const char *msg)
+{
+    smddp__shm_t *s = comm->shm;
+    if (!s) return;
+    uint32_t expected = 0;
+    if (atomic_compare_exchange_strong(&s->hdr->abort_flag, &expected,
+                                       (uint32_t)comm->local_rank + 1)) {
+        snprintf(s->hdr->abort_msg, sizeof(s->hdr->abort_msg), "%s", msg);
+        atomic_thread_fence(memory_order_seq_cst);
+    }
+    /* Sleepers wait on counters and ring ticks: wake them all to see the flag. */
+    for (int i = 0; i < comm->local_size; i++) {
+        futex(&s->ctrl[i].ctr, FUTEX_WAKE, INT_MAX, NULL);
+        for (int j = 0; j < comm->local_size; j++) {
+            ring_ctrl_t *r = &s->rings[i * comm->local_size + j];
+            futex(&r->tail.tick, FUTEX_WAKE, INT_MAX, NULL);
+            futex(&r->head.tick, FUTEX_WAKE, INT_MAX, NULL);
+        }
+    }
+}
+
+/* True when the process behind local rank lr is gone (or a zombie). */
+static bool peer_dead(smddp__shm_t *s, int lr)
+{
+    pid_t pid = atomic_load(&s->ctrl[lr].pid);
+    if (pid <= 0) return false;
+    if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+typedef bool (*ready_fn_t)(smddp__shm_t *s, const void *arg);
+
+/*
+ * The one wait loop: spin, yield, then sleep on `word` in slices. `blame` is
+ * the local rank being waited for; on failure the message names the op and
+ * `who` (a list of comm ranks, filled by the caller's describe callback).
+ */
+static smddp_status_t wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uint32_t *word,
+                                 _Atomic uint32_t *sleepers, ready_fn_t ready, const void *arg,
+                                 int blame, const char *what)
+{
+    smddp__shm_t *s = comm->shm;
+    if (ready(s, arg)) return SMDDP_OK;
+
+    int64_t start = smddp__now_ns();
+    int64_t now = start;
+    unsigned iter = 0;
+    while (now - start < s->spin_ns) {
+        for (int i = 0; i < 64; i++) {
+            __builtin_ia32_pause();
+            if (ready(s, arg)) return SMDDP_OK;
+        }
+        if (atomic_load_explicit(&s->hdr->abort_flag, memory_order_relaxed)) break;
+        now = smddp__now_ns();
+        iter++;
+    }
+    while (now - start < s->spin_ns + s->yield_ns) {
+        sched_yield();
+        if (ready(s, arg)) return SMDDP_OK;
+        if (atomic_load_explicit(&s->hdr->abort_flag, memory_order_relaxed)) break;
+        now = smddp__now_ns();
+    }
+
+    char desc[256];
+    int64_t last_check = 0;
+    for (;;) {
+        if (ready(s, arg)) return SMDDP_OK;
+        uint32_t flag = atomic_load(&s->hdr->abort_flag);
+        if (flag) {
+            smddp__op_describe(op, desc, sizeof(desc));
+            int who = (int)flag - 1;
+            if (who == comm->local_rank)
+                return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
+                                          desc, comm->abort_msg[0] ? comm->abort_msg : "by this rank");
+            return smddp__error_quiet(SMDDP_ERR_ABORTED,
+                                      "%s failed: rank %d aborted the communicator: %s", desc,
+                                      comm->local_ranks[who], s->hdr->abort_msg);
+        }
+        if (atomic_load(&comm->aborted)) {
+            smddp__op_describe(op, desc, sizeof(desc));
+            return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
+                                      desc, comm->abort_msg);
+        }
+        now = smddp__now_ns();
+        if (now - last_check >= SLICE_NS) {
+            last_check = now;
+            if (blame >= 0 && atomic_load(&s->ctrl[blame].left) && !ready(s, arg)) {
+                smddp__op_describe(op, desc, sizeof(desc));
+                return smddp__error_quiet(SMDDP_ERR_PEER_LOST,
+                                          "%s failed: rank %d left (destroyed its communicator) "
+                                          "before %s",
+                                          desc, comm->local_ranks[blame], what);
+            }
+            if (blame >= 0 && peer_dead(s, blame) && !ready(s, arg)) {
+                smddp__op_describe(op, desc, sizeof(desc));
+                return smddp__error_quiet(SMDDP_ERR_PEER_LOST,
+                                          "%s failed: rank %d (pid %d) died before %s", desc,
+                                          comm->local_ranks[blame],
+                                          (int)atomic_load(&s->ctrl[blame].pid), what);
+            }
+        }
+        if (op->deadline_ns && now >= op->deadline_ns) {
+            smddp__op_describe(op, desc, sizeof(desc));
+            return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
+                                      "%s timed out after %.3f s: rank %d did not %s", desc,
+                                      (double)comm->timeout_ms / 1000.0,
+                                      blame >= 0 ? comm->local_ranks[blame] : -1, what);
+        }
+        int64_t sleep_ns = SLICE_NS;
+        if (op->deadline_ns && op->deadline_ns - now < sleep_ns) sleep_ns = op->deadline_ns - now;
+        if (sleep_ns < 1000) sleep_ns = 1000;
+        struct timespec ts = {sleep_ns / 1000000000, sleep_ns % 1000000000};
+        atomic_fetch_add(sleepers, 1);
+        uint32_t seen = atomic_load(word);
+        if (!ready(s, arg)) futex(word, FUTEX_WAIT, seen, &ts);
+        atomic_fetch_sub(sleepers, 1);
+    }
+    (void)iter;
+}
+
+typedef struct ctr_arg {
+    int lr;
+    uint32_t target;
+} ctr_arg_t;
+
+static bool ctr_ready(smddp__shm_t *s, const void *arg)
+{
+    const ctr_arg_t *a = arg;
+    uint32_t v = atomic_load_explicit(&s->ctrl[a->lr].ctr, memory_order_acquire);
+    return (int32_t)(v - a->target) >= 0;
+}
+
+uint32_t smddp__shm_post(smddp_comm_t comm)
+{
+    smddp__shm_t *s = comm->shm;
+    shm_ctrl_t *me = &s->ctrl[comm->local_rank];
+    uint32_t v = ++s->my_ctr;
+    /* seq_cst store, then the sleeper check: pairs with the waiter's increment-then-load. */
+    atomic_store(&me->ctr, v);
+    wake_word(&me->ctr, &me->sleepers);
+    return v;
+}
+
+smddp_status_t smddp__shm_wait(smddp_comm_t comm, smddp__op_t *op, int lr, uint32_t target)
+{
+    smddp__shm_t *s = comm->shm;
+    ctr_arg_t arg = {lr, target};
+    return wait_until(comm, op, &s->ctrl[lr].ctr, &s->ctrl[lr].sleepers, ctr_ready, &arg, lr,
+                      "arrived");
+}
+
+smddp_status_t smddp__shm_wait_all(smddp_comm_t comm, smddp__op_t *op, uint32_t target)
+{
+    smddp__shm_t *s = comm->shm;
+    for (int i = 0; i < comm->local_size; i++) {
+        if (i == comm->local_rank) continue;
+        smddp_status_t st = smddp__shm_wait(comm, op, i, target);
+        if (st == SMDDP_ERR_TIMEOUT) {
+            /* Name every rank that is missing, not just the first one checked. */
+            char list[256];
+            size_t len = 0;
+            list[0] = '\0';
+            for (int j = 0; j < comm->local_size; j++) {
+                ctr_arg_t arg = {j, target};
+                if (j == comm->local_rank || ctr_ready(s, &arg)) continue;
+                len += (size_t)snprintf(list + len, sizeof(list) - SMDDP_MIN(len, sizeof(list)),
+                                        "%s%d", len ? "," : "", comm->local_ranks[j]);
+                if (len >= sizeof(list)) break;
+            }
+            char desc[256];
+            smddp__op_describe(op, desc, sizeof(desc));
+            return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
+                                      "%s timed out after %.3f s waiting for rank(s) %s", desc,
+                                      (double)comm->timeout_ms / 1000.0, list);
+        }
+        if (st != SMDDP_OK) return st;
+    }
+    return SMDDP_OK;
+}
+
+smddp_status_t smddp__shm_sync(smddp_comm_t comm, smddp__op_t *op)
+{
+    uint32_t t = smddp__shm_post(comm);
+    return smddp__shm_wait_all(comm, op, t);
+}
+
+smddp_status_t smddp__shm_step_begin(smddp_comm_t comm, smddp__op_t *op, int *half)
+{
+    smddp__shm_t *s = comm->shm;
+    int h = s->next_half;
+    s->next_half ^= 1;
+    *half = h;
+    return smddp__shm_wait_all(comm, op, s->free_at[h]);
+}
+
+void smddp__shm_step_end(smddp_comm_t comm, int half)
+{
+    comm->shm->free_at[half] = smddp__shm_post(comm);
+}
+
+void *smddp__shm_buf(smddp_comm_t comm, int lr, int half)
+{
+    smddp__shm_t *s = comm->shm;
+    return s->data + ((size_t)lr * 2 + (size_t)half) * s->half;
+}
+
+size_t smddp__shm_half_size(smddp_comm_t comm) { return comm->shm->half; }
+
+void *smddp__shm_meta(smddp_comm_t comm, int lr, int parity)
+{
+    smddp__shm_t *s = comm->shm;
+    return s->meta + ((size_t)lr * 2 + (size_t)(parity & 1)) * SMDDP_SHM_META_SIZE;
+}
+
+/* ---- point-to-point: a byte stream per ordered pair, never blocking --------- */
+
+static ring_ctrl_t *ring_of(smddp__shm_t *s, int p, int src, int dst)
+{
+    return &s->rings[src * p + dst];
+}
+
+static char *ring_data_of(smddp__shm_t *s, int p, int src, int dst)
+{
+    return s->ring_data + ((size_t)src * (size_t)p + (size_t)dst) * s->ring_size;
+}
+
+size_t smddp__shm_ring_put(smddp_comm_t comm, int dst_lr, const void *src, size_t len)
+{
+    smddp__shm_t *s = comm->shm;
+    ring_ctrl_t *r = ring_of(s, comm->local_size, comm->local_rank, dst_lr);
+    char *data = ring_data_of(s, comm->local_size, comm->local_rank, dst_lr);
+    const char *p = src;
+    size_t done = 0;
+    uint64_t tail = atomic_load_explicit(&r->tail.bytes, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&r->head.bytes, memory_order_acquire);
+    while (done < len && tail - head < s->ring_size) {
+        size_t space = s->ring_size - (size_t)(tail - head);
+        size_t off = (size_t)(tail % s->ring_size);
+        size_t n = SMDDP_MIN(len - done, SMDDP_MIN(space, s->ring_size - off));
+        if (p) memcpy(data + off, p + done, n);
+        done += n;
+        tail += n;
+    }
+    if (done) {
+        atomic_store(&r->tail.bytes, tail);
+        atomic_fetch_add(&r->tail.tick, 1);
+        wake_word(&r->tail.tick, &r->tail.sleepers);
+    }
+    return done;
+}
+
+size_t smddp__shm_ring_get(smddp_comm_t comm, int src_lr, void *dst, size_t len)
+{
+    smddp__shm_t *s = comm->shm;
+    ring_ctrl_t *r = ring_of(s, comm->local_size, src_lr, comm->local_rank);
+    char *data = ring_data_of(s, comm->local_size, src_lr, comm->local_rank);
+    char *p = dst;
+    size_t done = 0;
+    uint64_t head = atomic_load_explicit(&r->head.bytes, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&r->tail.bytes, memory_order_acquire);
+    while (done < len && tail > head) {
+        size_t off = (size_t)(head % s->ring_size);
+        size_t n = SMDDP_MIN(len - done, SMDDP_MIN((size_t)(tail - head), s->ring_size - off));
+        if (p) memcpy(p + done, data + off, n);
+        done += n;
+        head += n;
+    }
+    if (done) {
+        atomic_store(&r->head.bytes, head);
+        atomic_fetch_add(&r->head.tick, 1);
+        wake_word(&r->head.tick, &r->head.sleepers);
+    }
+    return done;
+}
+
+size_t smddp__shm_ring_avail(smddp_comm_t comm, int src_lr)
+{
+    smddp__shm_t *s = comm->shm;
+    ring_ctrl_t *r = ring_of(s, comm->local_size, src_lr, comm->local_rank);
+    return (size_t)(atomic_load_explicit(&r->tail.bytes, memory_order_acquire) -
+                    atomic_load_explicit(&r->head.bytes, memory_order_relaxed));
+}
+
+int smddp__shm_peer_state(smddp_comm_t comm, int lr)
+{
+    smddp__shm_t *s = comm->shm;
+    if (atomic_load(&s->ctrl[lr].left)) return 2;
+    return peer_dead(s, lr) ? 1 : 0;
+}
+
+int smddp__shm_abort_flag(smddp_comm_t comm, const char **msg)
+{
+    smddp__shm_t *s = comm->shm;
+    uint32_t flag = atomic_load(&s->hdr->abort_flag);
+    if (flag && msg) *msg = s->hdr->abort_msg;
+    return flag ? comm->local_ranks[flag - 1] : -1;
+}

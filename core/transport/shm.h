@@ -1,0 +1,61 @@
+/*
+ * Shared-memory transport among the ranks of one node: a segment with one
+ * control block and one staging buffer (two halves, for pipelining) per local
+ * rank, plus a ring per ordered pair of ranks for send/recv.
+ *
+ * Synchronisation is one monotonic counter per rank. Every rank executes the
+ * same sequence of collective steps and so the same sequence of posts, which
+ * lets a rank compute what value a peer's counter must reach for a given step.
+ * Waits spin briefly, then sleep on a futex on the counter, waking every
+ * slice to check the deadline, the abort flag and whether the peer is alive.
+ */
+#ifndef SMDDP_CORE_SHM_H
+#define SMDDP_CORE_SHM_H
+
+#include "../comm.h"
+
+/* Collective over the local ranks: creates/maps the segment, then unlinks it. */
+smddp_status_t smddp__shm_setup(smddp_comm_t comm);
+/* Marks this rank as gone (peers waiting for it fail) and unmaps. */
+void smddp__shm_teardown(smddp_comm_t comm);
+/* Tells every local peer that this communicator failed, with the message. */
+void smddp__shm_abort(smddp_comm_t comm, const char *msg);
+
+/* Increments this rank's counter, waking sleepers; returns the new value. */
+uint32_t smddp__shm_post(smddp_comm_t comm);
+/* Waits until local rank lr's counter reaches target. */
+smddp_status_t smddp__shm_wait(smddp_comm_t comm, smddp__op_t *op, int lr, uint32_t target);
+/* Waits until every other local rank's counter reaches target. */
+smddp_status_t smddp__shm_wait_all(smddp_comm_t comm, smddp__op_t *op, uint32_t target);
+/* post + wait_all: a barrier among the local ranks. */
+smddp_status_t smddp__shm_sync(smddp_comm_t comm, smddp__op_t *op);
+
+/*
+ * Pipeline steps: step_begin picks the next staging half and waits until every
+ * peer has finished reading this rank's previous use of it; step_end records
+ * that this rank has finished reading peers' halves (one post).
+ */
+smddp_status_t smddp__shm_step_begin(smddp_comm_t comm, smddp__op_t *op, int *half);
+void smddp__shm_step_end(smddp_comm_t comm, int half);
+void *smddp__shm_buf(smddp_comm_t comm, int lr, int half);
+size_t smddp__shm_half_size(smddp_comm_t comm);
+
+/* A small per-rank slot (512 bytes, two by parity) for metadata exchanges. */
+void *smddp__shm_meta(smddp_comm_t comm, int lr, int parity);
+#define SMDDP_SHM_META_SIZE 512
+
+/*
+ * Point-to-point through the pair rings, never blocking: put copies up to len
+ * bytes into the ring towards dst_lr (src NULL writes nothing but advances),
+ * get copies out of the ring from src_lr (dst NULL discards); both return the
+ * bytes moved, possibly 0.
+ */
+size_t smddp__shm_ring_put(smddp_comm_t comm, int dst_lr, const void *src, size_t len);
+size_t smddp__shm_ring_get(smddp_comm_t comm, int src_lr, void *dst, size_t len);
+size_t smddp__shm_ring_avail(smddp_comm_t comm, int src_lr);
+/* 0: alive, 1: process gone, 2: destroyed its communicator. */
+int smddp__shm_peer_state(smddp_comm_t comm, int lr);
+/* The comm rank that aborted the segment (message in *msg), or -1. */
+int smddp__shm_abort_flag(smddp_comm_t comm, const char **msg);
+
+#endif /* SMDDP_CORE_SHM_H */

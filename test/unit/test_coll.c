@@ -1,0 +1,546 @@
+/*
+ * Every collective on 2, 3 and 4 forked ranks, in place and out of place, over
+ * sizes 0, 1, 7, 4097 and one that takes several pipeline rounds, each result
+ * checked against a reference computed here from the inputs every rank can
+ * regenerate. Inputs are small integers (halves for floats) so that the exact
+ * result does not depend on the order of additions; that the order is also
+ * fixed is checked by comparing result bytes across ranks.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "reduce/half.h"
+
+static const int64_t sizes[] = {0, 1, 7, 4097, 300000};
+#define NSIZES (int)(sizeof(sizes) / sizeof(sizes[0]))
+
+static bool is_float(smddp_dtype_t t) { return t >= SMDDP_FLOAT16; }
+
+/* The value rank r contributes at element i (exact in every dtype). */
+static double input_value(int r, int64_t i, smddp_op_t op)
+{
+    if (op == SMDDP_PROD) {
+        int k = (int)((i + r) % 4);
+        return k == 0 ? 2.0 : k == 1 ? -1.0 : 1.0;
+    }
+    return (double)((i * 7 + r * 13 + 3) % 17) - 8.0;
+}
+
+static void store_value(void *buf, smddp_dtype_t t, int64_t i, double v)
+{
+    switch (t) {
+    case SMDDP_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+    case SMDDP_UINT8: ((uint8_t *)buf)[i] = (uint8_t)(int)(v + 8); break;
+    case SMDDP_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case SMDDP_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case SMDDP_FLOAT16: ((uint16_t *)buf)[i] = smddp__fp32_to_fp16((float)(v * 0.5)); break;
+    case SMDDP_BFLOAT16: ((uint16_t *)buf)[i] = smddp__fp32_to_bf16((float)(v * 0.5)); break;
+    case SMDDP_FLOAT32: ((float *)buf)[i] = (float)(v * 0.5); break;
+    case SMDDP_FLOAT64: ((double *)buf)[i] = v * 0.5; break;
+    default: break;
+    }
+}
+
+/* What store_value stored, as a double or integer. */
+static double stored(smddp_dtype_t t, double v)
+{
+    if (t == SMDDP_UINT8) return v + 8;
+    return is_float(t) ? v * 0.5 : v;
+}
+
+static double load_value(const void *buf, smddp_dtype_t t, int64_t i)
+{
+    switch (t) {
+    case SMDDP_INT8: return ((const int8_t *)buf)[i];
+    case SMDDP_UINT8: return ((const uint8_t *)buf)[i];
+    case SMDDP_INT32: return ((const int32_t *)buf)[i];
+    case SMDDP_INT64: return (double)((const int64_t *)buf)[i];
+    case SMDDP_FLOAT16: return smddp__fp16_to_fp32(((const uint16_t *)buf)[i]);
+    case SMDDP_BFLOAT16: return smddp__bf16_to_fp32(((const uint16_t *)buf)[i]);
+    case SMDDP_FLOAT32: return ((const float *)buf)[i];
+    case SMDDP_FLOAT64: return ((const double *)buf)[i];
+    default: return 0;
+    }
+}
+
+/* Reduction of every rank's input at element i, in rank order. */
+static double expected_value(smddp_dtype_t t, smddp_op_t op, int size, int64_t i, double premul)
+{
+    double acc = 0;
+    int64_t iacc = 0;
+    for (int r = 0; r < size; r++) {
+        double v = stored(t, input_value(r, i, op));
+        int64_t iv = (int64_t)v;
+        if (op == SMDDP_PREMUL_SUM) v *= premul;
+        if (r == 0) {
+            acc = v;
+            iacc = iv;
+            continue;
+        }
+        switch (op) {
+        case SMDDP_SUM: case SMDDP_AVG: case SMDDP_PREMUL_SUM: acc += v; break;
+        case SMDDP_PROD: acc *= v; break;
+        case SMDDP_MIN: acc = v < acc ? v : acc; break;
+        case SMDDP_MAX: acc = v > acc ? v : acc; break;
+        case SMDDP_BAND: iacc &= iv; break;
+        case SMDDP_BOR: iacc |= iv; break;
+        case SMDDP_BXOR: iacc ^= iv; break;
+        default: break;
+        }
+    }
+    if (op == SMDDP_BAND || op == SMDDP_BOR || op == SMDDP_BXOR) {
+        if (t == SMDDP_INT8) return (int8_t)iacc;
+        if (t == SMDDP_UINT8) return (uint8_t)iacc;
+        return (double)iacc;
+    }
+    if (op == SMDDP_AVG) {
+        if (is_float(t)) {
+            /* Divided in the accumulation type, then rounded once. */
+            if (t == SMDDP_FLOAT64) return acc / size;
+            float f = (float)acc / (float)size;
+            if (t == SMDDP_FLOAT16) return smddp__fp16_to_fp32(smddp__fp32_to_fp16(f));
+            if (t == SMDDP_BFLOAT16) return smddp__bf16_to_fp32(smddp__fp32_to_bf16(f));
+            return f;
+        }
+        return (double)((int64_t)acc / size);
+    }
+    if (t == SMDDP_UINT8) return (uint8_t)(int64_t)acc;
+    if (t == SMDDP_INT8) return (int8_t)(int64_t)acc;
+    return acc;
+}
+
+static void fill(void *buf, smddp_dtype_t t, smddp_op_t op, int r, int64_t n, int64_t offset)
+{
+    for (int64_t i = 0; i < n; i++) store_value(buf, t, i, input_value(r, i + offset, op));
+}
+
+/* Every rank's result bytes must be identical: allgather a checksum and compare. */
+static void check_identical(smddp_comm_t comm, const void *buf, size_t bytes)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ ((const uint8_t *)buf)[i]) * 1099511628211ull;
+    int size;
+    smddp_comm_size(comm, &size);
+    uint64_t all[16];
+    H_OK(smddp_allgather(comm, &h, all, 1, SMDDP_INT64, NULL, NULL));
+    for (int r = 1; r < size; r++) H_CHECK(all[r] == all[0], "rank %d's result differs from rank 0's", r);
+}
+
+/* ---- allreduce ------------------------------------------------------------- */
+
+static const smddp_op_t all_ops[] = {SMDDP_SUM,  SMDDP_PROD,       SMDDP_MIN,  SMDDP_MAX, SMDDP_AVG,
+                                     SMDDP_PREMUL_SUM, SMDDP_BAND, SMDDP_BOR, SMDDP_BXOR};
+
+static bool op_valid(smddp_dtype_t t, smddp_op_t op)
+{
+    if (op == SMDDP_PREMUL_SUM) return is_float(t);
+    if (op == SMDDP_BAND || op == SMDDP_BOR || op == SMDDP_BXOR) return !is_float(t);
+    return true;
+}
+
+static void check_result(const void *buf, smddp_dtype_t t, smddp_op_t op, int size, int64_t n,
+                         int64_t offset, double premul, const char *what)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double want = expected_value(t, op, size, i + offset, premul);
+        double got = load_value(buf, t, i);
+        H_CHECK(got == want, "%s %s %s n=%lld: element %lld is %g, expected %g", what,
+                smddp_dtype_name(t), smddp_op_name(op), (long long)n, (long long)i, got, want);
+    }
+}
+
+static void allreduce_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+    attr.premul_factor = 0.5;
+    for (int t = 0; t < SMDDP_DTYPE_COUNT; t++) {
+        smddp_dtype_t dt = (smddp_dtype_t)t;
+        size_t es = smddp_dtype_size(dt);
+        for (size_t o = 0; o < sizeof(all_ops) / sizeof(all_ops[0]); o++) {
+            smddp_op_t op = all_ops[o];
+            if (!op_valid(dt, op)) continue;
+            for (int s = 0; s < NSIZES; s++) {
+                int64_t n = sizes[s];
+                /* The big size only for a few dtype/op pairs, to keep the run short. */
+                if (n > 5000 && !(op == SMDDP_SUM || (dt == SMDDP_FLOAT32 && op == SMDDP_MAX) ||
+                                  (dt == SMDDP_BFLOAT16 && op == SMDDP_AVG)))
+                    continue;
+                char *in = malloc((size_t)n * es + 1), *out = malloc((size_t)n * es + 1);
+                fill(in, dt, op, rank, n, 0);
+                memset(out, 0x5a, (size_t)n * es);
+                H_OK(smddp_allreduce(comm, in, out, n, dt, op, &attr, NULL));
+                check_result(out, dt, op, size, n, 0, 0.5, "allreduce");
+                check_identical(comm, out, (size_t)n * es);
+                /* In place, through a request. */
+                smddp_request_t req;
+                H_OK(smddp_allreduce(comm, in, in, n, dt, op, &attr, &req));
+                H_OK(smddp_wait(req, SMDDP_WAIT_DEFAULT));
+                smddp_request_free(req);
+                H_CHECK(memcmp(in, out, (size_t)n * es) == 0, "in-place allreduce differs");
+                free(in);
+                free(out);
+            }
+        }
+    }
+}
+
+static void run(int nranks, harness_fn_t fn, const char *env)
+{
+    harness_opts_t opts = {.env = env, .timeout_s = 300};
+    int shm_before = harness_shm_count();
+    assert_int_equal(harness_run(nranks, fn, NULL, &opts), 0);
+    assert_int_equal(harness_shm_count(), shm_before);
+}
+
+static void test_allreduce_2(void **state) { (void)state; run(2, allreduce_rank, NULL); }
+static void test_allreduce_3(void **state) { (void)state; run(3, allreduce_rank, NULL); }
+static void test_allreduce_4(void **state) { (void)state; run(4, allreduce_rank, NULL); }
+
+/* Tiny staging buffers force many rounds and every algorithm switch point. */
+static void test_allreduce_small_buffers(void **state)
+{
+    (void)state;
+    run(3, allreduce_rank, "SMDDP_SHM_BUFFER_SIZE=8192 SMDDP_ALLREDUCE_ONESHOT_MAX=64");
+}
+
+static void test_allreduce_oneshot_forced(void **state)
+{
+    (void)state;
+    run(3, allreduce_rank, "SMDDP_ALLREDUCE_ALGO=oneshot SMDDP_SHM_BUFFER_SIZE=8M");
+}
+
+static void test_allreduce_twoshot_forced(void **state)
+{
+    (void)state;
+    run(2, allreduce_rank, "SMDDP_ALLREDUCE_ALGO=twoshot SMDDP_SIMD=scalar");
+}
+
+/* ---- reduce, reduce_scatter ---------------------------------------------- */
+
+static void reduce_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    const smddp_dtype_t dts[] = {SMDDP_FLOAT32, SMDDP_BFLOAT16, SMDDP_INT64, SMDDP_UINT8};
+    const smddp_op_t ops[] = {SMDDP_SUM, SMDDP_MAX, SMDDP_AVG};
+    for (size_t t = 0; t < 4; t++) {
+        smddp_dtype_t dt = dts[t];
+        size_t es = smddp_dtype_size(dt);
+        for (size_t o = 0; o < 3; o++) {
+            for (int s = 0; s < NSIZES; s++) {
+                int64_t n = sizes[s];
+                int root = (int)(s + o) % size;
+                char *in = malloc((size_t)n * es + 1), *out = malloc((size_t)n * es + 1);
+                fill(in, dt, ops[o], rank, n, 0);
+                memset(out, 0, (size_t)n * es);
+                H_OK(smddp_reduce(comm, in, rank == root ? out : NULL, n, dt, ops[o], root, NULL,
+                                  NULL));
+                if (rank == root) check_result(out, dt, ops[o], size, n, 0, 1.0, "reduce");
+                /* In place on the root. */
+                H_OK(smddp_reduce(comm, in, rank == root ? in : NULL, n, dt, ops[o], root, NULL,
+                                  NULL));
+                if (rank == root) check_result(in, dt, ops[o], size, n, 0, 1.0, "reduce in place");
+
+                /* reduce_scatter: block r of every rank's input reduces into rank r. */
+                char *big = malloc((size_t)n * es * (size_t)size + 1);
+                for (int b = 0; b < size; b++)
+                    fill(big + (size_t)b * (size_t)n * es, dt, ops[o], rank, n, (int64_t)b * n);
+                H_OK(smddp_reduce_scatter(comm, big, out, n, dt, ops[o], NULL, NULL));
+                check_result(out, dt, ops[o], size, n, (int64_t)rank * n, 1.0, "reduce_scatter");
+                char *mine = big + (size_t)rank * (size_t)n * es;
+                H_OK(smddp_reduce_scatter(comm, big, mine, n, dt, ops[o], NULL, NULL));
+                check_result(mine, dt, ops[o], size, n, (int64_t)rank * n, 1.0,
+                             "reduce_scatter in place");
+                free(big);
+                free(in);
+                free(out);
+            }
+        }
+    }
+}
+
+static void test_reduce_2(void **state) { (void)state; run(2, reduce_rank, NULL); }
+static void test_reduce_3(void **state) { (void)state; run(3, reduce_rank, NULL); }
+static void test_reduce_4(void **state) { (void)state; run(4, reduce_rank, NULL); }
+static void test_reduce_small_buffers(void **state)
+{
+    (void)state;
+    run(3, reduce_rank, "SMDDP_SHM_BUFFER_SIZE=8192");
+}
+
+/* ---- data movement -------------------------------------------------------- */
+
+/* Byte j of rank r's block b: a pattern that tells all three apart. */
+static uint8_t pattern(int r, int b, int64_t j) { return (uint8_t)(r * 31 + b * 7 + j * 13 + 1); }
+
+static void movement_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    for (int s = 0; s < NSIZES; s++) {
+        int64_t n = sizes[s];
+        for (int t = 0; t < 2; t++) {
+            smddp_dtype_t dt = t == 0 ? SMDDP_UINT8 : SMDDP_FLOAT64;
+            size_t es = smddp_dtype_size(dt);
+            size_t nb = (size_t)n * es; /* bytes per block */
+            uint8_t *one = malloc(nb + 1), *all = malloc(nb * (size_t)size + 1),
+                    *res = malloc(nb * (size_t)size + 1);
+            int root = s % size;
+
+            /* broadcast */
+            for (size_t j = 0; j < nb; j++) one[j] = rank == root ? pattern(root, 0, (int64_t)j) : 0;
+            H_OK(smddp_broadcast(comm, one, n, dt, root, NULL, NULL));
+            for (size_t j = 0; j < nb; j++)
+                H_CHECK(one[j] == pattern(root, 0, (int64_t)j), "broadcast n=%lld byte %zu",
+                        (long long)n, j);
+
+            /* allgather, out of place and in place */
+            for (size_t j = 0; j < nb; j++) one[j] = pattern(rank, 0, (int64_t)j);
+            memset(res, 0, nb * (size_t)size);
+            H_OK(smddp_allgather(comm, one, res, n, dt, NULL, NULL));
+            for (int r = 0; r < size; r++)
+                for (size_t j = 0; j < nb; j++)
+                    H_CHECK(res[(size_t)r * nb + j] == pattern(r, 0, (int64_t)j),
+                            "allgather n=%lld from rank %d byte %zu", (long long)n, r, j);
+            memset(res, 0, nb * (size_t)size);
+            memcpy(res + (size_t)rank * nb, one, nb);
+            H_OK(smddp_allgather(comm, res + (size_t)rank * nb, res, n, dt, NULL, NULL));
+            for (int r = 0; r < size; r++)
+                for (size_t j = 0; j < nb; j++)
+                    H_CHECK(res[(size_t)r * nb + j] == pattern(r, 0, (int64_t)j),
+                            "in-place allgather n=%lld from rank %d byte %zu", (long long)n, r, j);
+
+            /* gather */
+            memset(res, 0, nb * (size_t)size);
+            H_OK(smddp_gather(comm, one, rank == root ? res : NULL, n, dt, root, NULL, NULL));
+            if (rank == root)
+                for (int r = 0; r < size; r++)
+                    for (size_t j = 0; j < nb; j++)
+                        H_CHECK(res[(size_t)r * nb + j] == pattern(r, 0, (int64_t)j),
+                                "gather n=%lld from rank %d byte %zu", (long long)n, r, j);
+
+            /* scatter */
+            for (int b = 0; b < size; b++)
+                for (size_t j = 0; j < nb; j++) all[(size_t)b * nb + j] = pattern(root, b, (int64_t)j);
+            memset(one, 0, nb);
+            H_OK(smddp_scatter(comm, rank == root ? all : NULL, one, n, dt, root, NULL, NULL));
+            for (size_t j = 0; j < nb; j++)
+                H_CHECK(one[j] == pattern(root, rank, (int64_t)j), "scatter n=%lld byte %zu",
+                        (long long)n, j);
+
+            /* alltoall: block b of rank r goes to rank b */
+            for (int b = 0; b < size; b++)
+                for (size_t j = 0; j < nb; j++) all[(size_t)b * nb + j] = pattern(rank, b, (int64_t)j);
+            memset(res, 0, nb * (size_t)size);
+            H_OK(smddp_alltoall(comm, all, res, n, dt, NULL, NULL));
+            for (int r = 0; r < size; r++)
+                for (size_t j = 0; j < nb; j++)
+                    H_CHECK(res[(size_t)r * nb + j] == pattern(r, rank, (int64_t)j),
+                            "alltoall n=%lld from rank %d byte %zu", (long long)n, r, j);
+            free(one);
+            free(all);
+            free(res);
+        }
+        H_OK(smddp_barrier(comm, NULL));
+    }
+}
+
+static void test_movement_2(void **state) { (void)state; run(2, movement_rank, NULL); }
+static void test_movement_3(void **state) { (void)state; run(3, movement_rank, NULL); }
+static void test_movement_4(void **state) { (void)state; run(4, movement_rank, NULL); }
+static void test_movement_small_buffers(void **state)
+{
+    (void)state;
+    run(3, movement_rank, "SMDDP_SHM_BUFFER_SIZE=8192");
+}
+
+/* ---- alltoallv with uneven splits ------------------------------------------ */
+
+/* Elements rank i sends to rank j. Zeros included on purpose. */
+static int64_t split(int i, int j, int64_t scale) { return ((i * 3 + j * 5) % 4) * scale + (i == j ? 1 : 0); }
+
+static void alltoallv_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    const int64_t scales[] = {0, 1, 7, 1000, 200000};
+    for (int s = 0; s < 5; s++) {
+        int64_t sc[16], sd[16], rc[16], rd[16], stot = 0, rtot = 0;
+        for (int j = 0; j < size; j++) {
+            sc[j] = split(rank, j, scales[s]);
+            rc[j] = split(j, rank, scales[s]);
+            /* Displacements leave gaps, so they are really used. */
+            sd[j] = stot + j;
+            rd[j] = rtot + 2 * j;
+            stot += sc[j] + j;
+            rtot += rc[j] + 2 * j;
+        }
+        int32_t *send = malloc((size_t)stot * 4 + 4), *recv = malloc((size_t)rtot * 4 + 4);
+        for (int j = 0; j < size; j++)
+            for (int64_t k = 0; k < sc[j]; k++) send[sd[j] + k] = rank * 1000000 + j * 10000 + (int32_t)(k % 10000);
+        memset(recv, 0xff, (size_t)rtot * 4);
+        H_OK(smddp_alltoallv(comm, send, sc, sd, recv, rc, rd, SMDDP_INT32, NULL, NULL));
+        for (int i = 0; i < size; i++)
+            for (int64_t k = 0; k < rc[i]; k++)
+                H_CHECK(recv[rd[i] + k] == i * 1000000 + rank * 10000 + (int32_t)(k % 10000),
+                        "alltoallv scale %lld: element %lld from rank %d", (long long)scales[s],
+                        (long long)k, i);
+        free(send);
+        free(recv);
+    }
+}
+
+static void test_alltoallv_2(void **state) { (void)state; run(2, alltoallv_rank, NULL); }
+static void test_alltoallv_3(void **state) { (void)state; run(3, alltoallv_rank, NULL); }
+static void test_alltoallv_4(void **state) { (void)state; run(4, alltoallv_rank, "SMDDP_SHM_BUFFER_SIZE=65536"); }
+
+/* ---- send/recv ---------------------------------------------------------------- */
+
+static void p2p_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    const int64_t ns[] = {0, 1, 7, 4097, 1000000};
+    for (int s = 0; s < 5; s++) {
+        int64_t n = ns[s];
+        int32_t *out = malloc((size_t)n * 4 + 4), *in = malloc((size_t)n * 4 + 4);
+        for (int64_t i = 0; i < n; i++) out[i] = rank * 100000 + (int32_t)i;
+        smddp_request_t rs, rr;
+        /* Ring exchange, both posted before either waits: no deadlock even when large. */
+        H_OK(smddp_recv(comm, in, n, SMDDP_INT32, prev, s, NULL, &rr));
+        H_OK(smddp_send(comm, out, n, SMDDP_INT32, next, s, NULL, &rs));
+        H_OK(smddp_wait(rs, SMDDP_WAIT_DEFAULT));
+        H_OK(smddp_wait(rr, SMDDP_WAIT_DEFAULT));
+        smddp_request_free(rs);
+        smddp_request_free(rr);
+        for (int64_t i = 0; i < n; i++)
+            H_CHECK(in[i] == prev * 100000 + (int32_t)i, "p2p n=%lld element %lld", (long long)n,
+                    (long long)i);
+        free(out);
+        free(in);
+    }
+    /* Many small messages back to back, then a collective still works. */
+    if (rank == 0) {
+        for (int k = 0; k < 100; k++) H_OK(smddp_send(comm, &k, 1, SMDDP_INT32, 1, 7, NULL, NULL));
+    } else if (rank == 1) {
+        for (int k = 0; k < 100; k++) {
+            int v = -1;
+            H_OK(smddp_recv(comm, &v, 1, SMDDP_INT32, 0, 7, NULL, NULL));
+            H_CHECK(v == k, "message %d carried %d", k, v);
+        }
+    }
+    H_OK(smddp_barrier(comm, NULL));
+}
+
+static void test_p2p_2(void **state) { (void)state; run(2, p2p_rank, NULL); }
+static void test_p2p_3(void **state) { (void)state; run(3, p2p_rank, NULL); }
+
+/* ---- split, many outstanding requests, threads ---------------------------- */
+
+static void split_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    smddp_comm_t sub = NULL;
+    /* Evens and odds, reversed order within each; the last rank joins none. */
+    int color = rank == size - 1 && size > 2 ? SMDDP_SPLIT_NOCOLOR : rank % 2;
+    H_OK(smddp_comm_split(comm, color, -rank, &sub));
+    if (color == SMDDP_SPLIT_NOCOLOR) {
+        H_CHECK(sub == NULL, "NOCOLOR must give NULL");
+    } else {
+        int srank, ssize, expect = 0;
+        for (int r = 0; r < size; r++)
+            if ((r % 2) == color && !(r == size - 1 && size > 2)) expect++;
+        H_OK(smddp_comm_rank(sub, &srank));
+        H_OK(smddp_comm_size(sub, &ssize));
+        H_CHECK(ssize == expect, "sub size %d, expected %d", ssize, expect);
+        int64_t v = rank, sum = -1;
+        H_OK(smddp_allreduce(sub, &v, &sum, 1, SMDDP_INT64, SMDDP_SUM, NULL, NULL));
+        int64_t want = 0;
+        for (int r = 0; r < size; r++)
+            if ((r % 2) == color && !(r == size - 1 && size > 2)) want += r;
+        H_CHECK(sum == want, "sub allreduce gave %lld, expected %lld", (long long)sum, (long long)want);
+        /* Highest parent rank gets sub rank 0 (keys are -rank). */
+        int higher = 0;
+        for (int r = rank + 1; r < size; r++)
+            if ((r % 2) == color && !(r == size - 1 && size > 2)) higher++;
+        H_CHECK(srank == higher, "sub rank %d, expected %d", srank, higher);
+        H_OK(smddp_comm_destroy(sub));
+    }
+    /* The parent still works after the split. */
+    int64_t one = 1, total = 0;
+    H_OK(smddp_allreduce(comm, &one, &total, 1, SMDDP_INT64, SMDDP_SUM, NULL, NULL));
+    H_CHECK(total == size, "parent allreduce after split gave %lld", (long long)total);
+}
+
+static void test_split_3(void **state) { (void)state; run(3, split_rank, NULL); }
+static void test_split_4(void **state) { (void)state; run(4, split_rank, NULL); }
+
+#define NOUT 32
+static void outstanding_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    smddp_request_t reqs[NOUT];
+    static float bufs[NOUT][1024];
+    for (int k = 0; k < NOUT; k++) {
+        for (int i = 0; i < 1024; i++) bufs[k][i] = (float)(k + rank + i % 5);
+        H_OK(smddp_allreduce(comm, bufs[k], bufs[k], 1024 * (k % 3 == 0 ? 1 : 1), SMDDP_FLOAT32,
+                             SMDDP_SUM, NULL, &reqs[k]));
+    }
+    /* Wait in reverse order: completion must not depend on wait order. */
+    for (int k = NOUT - 1; k >= 0; k--) {
+        H_OK(smddp_wait(reqs[k], SMDDP_WAIT_DEFAULT));
+        H_CHECK(smddp_test(reqs[k]) == SMDDP_OK, "test after wait");
+        smddp_request_free(reqs[k]);
+    }
+    for (int k = 0; k < NOUT; k++)
+        for (int i = 0; i < 1024; i++) {
+            float want = 0;
+            for (int r = 0; r < size; r++) want += (float)(k + r + i % 5);
+            H_CHECK(bufs[k][i] == want, "request %d element %d: %g != %g", k, i, bufs[k][i], want);
+        }
+}
+
+static void test_outstanding_3(void **state) { (void)state; run(3, outstanding_rank, NULL); }
+
+static void test_single_rank(void **state)
+{
+    (void)state;
+    run(1, allreduce_rank, NULL);
+    run(1, movement_rank, NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_rank),
+        cmocka_unit_test(test_allreduce_2),
+        cmocka_unit_test(test_allreduce_3),
+        cmocka_unit_test(test_allreduce_4),
+        cmocka_unit_test(test_allreduce_small_buffers),
+        cmocka_unit_test(test_allreduce_oneshot_forced),
+        cmocka_unit_test(test_allreduce_twoshot_forced),
+        cmocka_unit_test(test_reduce_2),
+        cmocka_unit_test(test_reduce_3),
+        cmocka_unit_test(test_reduce_4),
+        cmocka_unit_test(test_reduce_small_buffers),
+        cmocka_unit_test(test_movement_2),
+        cmocka_unit_test(test_movement_3),
+        cmocka_unit_test(test_movement_4),
+        cmocka_unit_test(test_movement_small_buffers),
+        cmocka_unit_test(test_alltoallv_2),
+        cmocka_unit_test(test_alltoallv_3),
+        cmocka_unit_test(test_alltoallv_4),
+        cmocka_unit_test(test_p2p_2),
+        cmocka_unit_test(test_p2p_3),
+        cmocka_unit_test(test_split_3),
+        cmocka_unit_test(test_split_4),
+        cmocka_unit_test(test_outstanding_3),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
