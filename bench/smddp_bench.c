@@ -427,8 +427,9 @@ static double memcpy_rate(size_t bytes, int iters)
     memset(src, 1, n);
     memset(dst, 2, n);
     memcpy(dst, src, n);
+    /* At least ~50 ms of copying, so that timer resolution does not matter. */
     int reps = iters;
-    if (n < (1 << 20)) reps = iters * 20;
+    while ((double)reps * (double)n < 2.5e8 && reps < 1000000) reps *= 2;
     double t0 = now_s();
     for (int k = 0; k < reps; k++) {
         memcpy(dst, src, n);
@@ -552,7 +553,6 @@ static int spawn(int n, int argc, char **argv)
         if (pids[r] == 0) {
             snprintf(buf, sizeof(buf), "%d", r);
             setenv("SMDDP_RANK", buf, 1);
-            setenv("SMDDP_LOCAL_RANK", buf, 1);
             return 0;
         }
     }

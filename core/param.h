@@ -15,16 +15,15 @@ typedef struct smddp__params {
     int64_t timeout_ms;         /* SMDDP_TIMEOUT (seconds in the env) */
     int rank;                   /* SMDDP_RANK, -1 if unset */
     int world_size;             /* SMDDP_WORLD_SIZE, -1 if unset */
-    int local_rank;             /* SMDDP_LOCAL_RANK, -1 if unset */
     char master_addr[256];      /* SMDDP_MASTER_ADDR */
     int master_port;            /* SMDDP_MASTER_PORT, -1 if unset */
     char hostname[256];         /* SMDDP_HOSTNAME: node identity override */
     int64_t oneshot_max;        /* SMDDP_ALLREDUCE_ONESHOT_MAX bytes */
     int algo;                   /* SMDDP_ALLREDUCE_ALGO: 0 auto, 1 oneshot, 2 twoshot */
     int64_t shm_buffer;         /* SMDDP_SHM_BUFFER_SIZE bytes per rank */
-    int64_t chunk;              /* SMDDP_CHUNK_SIZE bytes per pipeline step */
+    int64_t stream_min;         /* SMDDP_STREAM_MIN: results this large bypass the caches */
     int64_t p2p_buffer;         /* SMDDP_P2P_BUFFER_SIZE bytes per rank pair */
-    int spin;                   /* SMDDP_SPIN iterations before sleeping */
+    int spin;                   /* SMDDP_SPIN microseconds of busy-waiting */
     int check;                  /* SMDDP_CHECK_ORDER: cross-rank op check */
     int simd;                   /* SMDDP_SIMD: 0 auto, 1 scalar, 2 avx2, 3 avx512 */
     int inline_exec;            /* SMDDP_INLINE: blocking ops run on caller */

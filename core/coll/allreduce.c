@@ -20,6 +20,7 @@
  */
 #include <string.h>
 
+#include "../copy.h"
 #include "../param.h"
 #include "../transport/shm.h"
 #include "coll.h"
@@ -62,6 +63,7 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
     const void *srcs[MAX_LOCAL];
     smddp__reduce_spec_t spec = op->spec;
     spec.avg_div = comm->size;
+    int stream = op->count * es >= (size_t)smddp__params()->stream_min;
 
     for (size_t base = 0; base < op->count; base += round_elems) {
         size_t m = SMDDP_MIN(round_elems, op->count - base);
@@ -83,8 +85,8 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
             for (int q = 0; q < p; q++) {
                 size_t off, len;
                 smddp__piece(m, p, q, &off, &len);
-                memcpy(recv + (base + off) * es, (char *)smddp__shm_buf(comm, q, h) + off * es,
-                       len * es);
+                smddp__copy(recv + (base + off) * es, (char *)smddp__shm_buf(comm, q, h) + off * es,
+                            len * es, stream);
             }
         }
         smddp__shm_step_end(comm, h);
@@ -132,6 +134,7 @@ smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
     if (p > MAX_LOCAL)
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "more than %d ranks on one node", MAX_LOCAL);
     if (round_elems == 0) round_elems = 1;
+    int stream = n * es >= (size_t)smddp__params()->stream_min / (size_t)p;
     for (size_t base = 0; base < n; base += round_elems) {
         size_t m = SMDDP_MIN(round_elems, n - base);
         SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
@@ -143,7 +146,14 @@ smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
         for (int q = 0; q < p; q++)
             srcs[q] = q == me ? send + ((size_t)me * n + base) * es
                               : (const char *)smddp__shm_buf(comm, q, h) + (size_t)me * m * es;
-        smddp__reduce(&spec, recv + base * es, srcs, p, m);
+        if (stream) {
+            /* My own slot in my half is free: reduce there, then stream out. */
+            char *tmp = mine + (size_t)me * m * es;
+            smddp__reduce(&spec, tmp, srcs, p, m);
+            smddp__copy(recv + base * es, tmp, m * es, 1);
+        } else {
+            smddp__reduce(&spec, recv + base * es, srcs, p, m);
+        }
         smddp__shm_step_end(comm, h);
     }
     return SMDDP_OK;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../copy.h"
 #include "../param.h"
 #include "../transport/shm.h"
 #include "coll.h"
@@ -27,6 +28,7 @@ static smddp_status_t broadcast(smddp_comm_t comm, smddp__op_t *op)
     size_t half = smddp__shm_half_size(comm);
     int root = smddp__local_index(comm, op->root), me = comm->local_rank, h;
     char *buf = op->recvbuf;
+    int stream = bytes >= (size_t)smddp__params()->stream_min;
     for (size_t off = 0; off < bytes; off += half) {
         size_t n = SMDDP_MIN(half, bytes - off);
         SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
@@ -34,7 +36,7 @@ static smddp_status_t broadcast(smddp_comm_t comm, smddp__op_t *op)
         uint32_t t = smddp__shm_post(comm);
         if (me != root) {
             SMDDP_CHECK(smddp__shm_wait(comm, op, root, t));
-            memcpy(buf + off, smddp__shm_buf(comm, root, h), n);
+            smddp__copy(buf + off, smddp__shm_buf(comm, root, h), n, stream);
         }
         smddp__shm_step_end(comm, h);
     }
@@ -50,6 +52,7 @@ static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root
     int p = comm->local_size, me = comm->local_rank, h;
     const char *send = op->sendbuf;
     char *recv = op->recvbuf;
+    int stream = bytes * (size_t)p >= (size_t)smddp__params()->stream_min;
     for (size_t off = 0; off < bytes; off += half) {
         size_t n = SMDDP_MIN(half, bytes - off);
         SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
@@ -61,7 +64,7 @@ static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root
                 char *dst = recv + (size_t)comm->local_ranks[q] * bytes + off;
                 /* Own data too comes from staging: in place, recv may overlap send. */
                 if (q == me && dst == send + off) continue;
-                memcpy(dst, smddp__shm_buf(comm, q, h), n);
+                smddp__copy(dst, smddp__shm_buf(comm, q, h), n, stream);
             }
         }
         smddp__shm_step_end(comm, h);
@@ -163,6 +166,7 @@ static smddp_status_t alltoall_common(smddp_comm_t comm, smddp__op_t *op, const 
     }
 
     size_t max_bytes = (size_t)max_count * es;
+    int stream = max_bytes * (size_t)p >= (size_t)smddp__params()->stream_min;
     for (size_t off = 0; off < max_bytes; off += piece) {
         SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
         char *mine = smddp__shm_buf(comm, me, h);
@@ -173,7 +177,7 @@ static smddp_status_t alltoall_common(smddp_comm_t comm, smddp__op_t *op, const 
             size_t n = SMDDP_MIN(piece, total - off);
             const char *src = send + (size_t)sdispls[r] * es + off;
             if (q == me)
-                memcpy(recv + (size_t)rdispls[r] * es + off, src, n);
+                smddp__copy(recv + (size_t)rdispls[r] * es + off, src, n, stream);
             else
                 memcpy(mine + (size_t)q * piece, src, n);
         }
@@ -183,8 +187,8 @@ static smddp_status_t alltoall_common(smddp_comm_t comm, smddp__op_t *op, const 
             size_t total = (size_t)rcounts[r] * es;
             if (q == me || off >= total) continue;
             size_t n = SMDDP_MIN(piece, total - off);
-            memcpy(recv + (size_t)rdispls[r] * es + off,
-                   (char *)smddp__shm_buf(comm, q, h) + (size_t)me * piece, n);
+            smddp__copy(recv + (size_t)rdispls[r] * es + off,
+                        (char *)smddp__shm_buf(comm, q, h) + (size_t)me * piece, n, stream);
         }
         smddp__shm_step_end(comm, h);
     }

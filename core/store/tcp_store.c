@@ -393,11 +393,10 @@ static bool handle_add(server_t *s, conn_t *c)
     int64_t delta = get_i64(c->value), cur = 0, sum;
     entry_t *e = table_find(&s->table, c->key, c->klen);
     if (e && !parse_int(e->value, e->vlen, &cur))
-        return conn_reply_error(s, c, "ADD to key '%.200s', whose value (%zu bytes) is not a "
-                                "decimal integer", c->key, e->vlen);
+        return conn_reply_error(s, c, "its value (%zu bytes) is not a decimal integer",
+                                e->vlen);
     if (__builtin_add_overflow(cur, delta, &sum))
-        return conn_reply_error(s, c, "ADD of %" PRId64 " to key '%.200s' (%" PRId64
-                                ") overflows int64", delta, c->key, cur);
+        return conn_reply_error(s, c, "%" PRId64 " + %" PRId64 " overflows int64", cur, delta);
     char text[24];
     int n = snprintf(text, sizeof(text), "%" PRId64, sum);
     uint8_t *v = malloc((size_t)n);
@@ -455,20 +454,29 @@ static bool parse_header(server_t *s, conn_t *c)
         return false;
     }
     bool ok;
+    char rule[80];
     switch (c->cmd) {
-    case SMDDP_STORE_CMD_SET: ok = c->vlen <= SMDDP_STORE_MAX_VALUE; break;
+    case SMDDP_STORE_CMD_SET:
+        ok = c->klen <= SMDDP_STORE_MAX_KEY && c->vlen <= SMDDP_STORE_MAX_VALUE;
+        snprintf(rule, sizeof(rule), "key <= %d bytes, value <= %u bytes", SMDDP_STORE_MAX_KEY,
+                 SMDDP_STORE_MAX_VALUE);
+        break;
     case SMDDP_STORE_CMD_GET:
-    case SMDDP_STORE_CMD_ADD: ok = c->vlen == 8; break;
-    case SMDDP_STORE_CMD_PING: ok = c->klen == 0 && c->vlen == 0; break;
+    case SMDDP_STORE_CMD_ADD:
+        ok = c->klen <= SMDDP_STORE_MAX_KEY && c->vlen == 8;
+        snprintf(rule, sizeof(rule), "key <= %d bytes, value 8 bytes", SMDDP_STORE_MAX_KEY);
+        break;
+    case SMDDP_STORE_CMD_PING:
+        ok = c->klen == 0 && c->vlen == 0;
+        snprintf(rule, sizeof(rule), "no key, no value");
+        break;
     default:
         conn_drop(s, c, true, "unknown command %u", c->cmd);
         return false;
     }
-    if (!ok || c->klen > SMDDP_STORE_MAX_KEY) {
+    if (!ok) {
         conn_drop(s, c, true, "%s with key length %" PRIu32 " and value length %" PRIu32
-                  " is out of bounds (key <= %d bytes, value <= %u bytes)",
-                  cmd_name(c->cmd), c->klen, c->vlen, SMDDP_STORE_MAX_KEY,
-                  SMDDP_STORE_MAX_VALUE);
+                  " (allowed: %s)", cmd_name(c->cmd), c->klen, c->vlen, rule);
         return false;
     }
     c->key = malloc((size_t)c->klen + 1);

@@ -209,7 +209,7 @@ static void test_allreduce_4(void **state) { (void)state; run(4, allreduce_rank,
 static void test_allreduce_small_buffers(void **state)
 {
     (void)state;
-    run(3, allreduce_rank, "SMDDP_SHM_BUFFER_SIZE=8192 SMDDP_ALLREDUCE_ONESHOT_MAX=64");
+    run(3, allreduce_rank, "SMDDP_SHM_BUFFER_SIZE=8192 SMDDP_ALLREDUCE_ONESHOT_MAX=64 SMDDP_STREAM_MIN=1");
 }
 
 static void test_allreduce_oneshot_forced(void **state)
@@ -273,7 +273,7 @@ static void test_reduce_4(void **state) { (void)state; run(4, reduce_rank, NULL)
 static void test_reduce_small_buffers(void **state)
 {
     (void)state;
-    run(3, reduce_rank, "SMDDP_SHM_BUFFER_SIZE=8192");
+    run(3, reduce_rank, "SMDDP_SHM_BUFFER_SIZE=8192 SMDDP_STREAM_MIN=1");
 }
 
 /* ---- data movement -------------------------------------------------------- */
@@ -358,7 +358,7 @@ static void test_movement_4(void **state) { (void)state; run(4, movement_rank, N
 static void test_movement_small_buffers(void **state)
 {
     (void)state;
-    run(3, movement_rank, "SMDDP_SHM_BUFFER_SIZE=8192");
+    run(3, movement_rank, "SMDDP_SHM_BUFFER_SIZE=8192 SMDDP_STREAM_MIN=1");
 }
 
 /* ---- alltoallv with uneven splits ------------------------------------------ */
@@ -398,7 +398,7 @@ static void alltoallv_rank(smddp_comm_t comm, int rank, int size, void *arg)
 
 static void test_alltoallv_2(void **state) { (void)state; run(2, alltoallv_rank, NULL); }
 static void test_alltoallv_3(void **state) { (void)state; run(3, alltoallv_rank, NULL); }
-static void test_alltoallv_4(void **state) { (void)state; run(4, alltoallv_rank, "SMDDP_SHM_BUFFER_SIZE=65536"); }
+static void test_alltoallv_4(void **state) { (void)state; run(4, alltoallv_rank, "SMDDP_SHM_BUFFER_SIZE=65536 SMDDP_STREAM_MIN=1"); }
 
 /* ---- send/recv ---------------------------------------------------------------- */
 
