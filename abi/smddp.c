@@ -156,8 +156,8 @@ smddp_status_t smddp_wait(smddp_request_t req, int64_t timeout_ms)
 {
     if (!req) return INVALID(NULL, "smddp_wait: req is NULL");
     if (timeout_ms < 0 && timeout_ms != SMDDP_WAIT_DEFAULT)
-        return INVALID(NULL, "smddp_wait: timeout_ms is %" PRId64 "; use >= 0 or "
-                             "SMDDP_WAIT_DEFAULT", timeout_ms);
+        return INVALID(req->comm, "smddp_wait: timeout_ms is %" PRId64 "; use >= 0 or "
+                                  "SMDDP_WAIT_DEFAULT", timeout_ms);
     return smddp__request_wait(req, timeout_ms);
 }
 

@@ -178,11 +178,14 @@ static smddp_status_t discover_topology(smddp_comm_t comm)
         comm->local_ranks[comm->local_size++] = r;
     }
     if (comm->node_count > 1) {
+        /* Name a rank on another node than rank 0's, whichever rank reports it. */
+        int other = 1;
+        while (comm->node_of[other] == comm->node_of[0]) other++;
         st = smddp__error(SMDDP_ERR_NOT_SUPPORTED,
                           "the communicator spans %d nodes (rank 0 on \"%s\", rank %d on \"%s\"), "
                           "but this build of libsmddp moves data only between ranks of one node; "
                           "the libfabric transport is not built yet",
-                          comm->node_count, names[0], comm->rank, mine);
+                          comm->node_count, names[0], other, names[other]);
         goto out;
     }
 out:

@@ -20,6 +20,7 @@
 
 #include "comm.h"
 #include "param.h"
+#include "transport/shm.h"
 
 static long futex_private(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
 {
@@ -65,6 +66,18 @@ void smddp__op_complete(smddp__op_t *op, smddp_status_t st)
 static void run_op(smddp_comm_t comm, smddp__op_t *op)
 {
     smddp_status_t st;
+    /*
+     * A peer that aborted may have posted its part of this op before it gave
+     * up, so the op could still "succeed" here alone (a one-shot allreduce
+     * does): adopt the peer's abort before running anything.
+     */
+    const char *peer_msg = NULL;
+    int peer = smddp__shm_abort_flag(comm, &peer_msg);
+    if (peer >= 0 && !atomic_load(&comm->aborted)) {
+        char msg[SMDDP_ERRMSG_MAX];
+        snprintf(msg, sizeof(msg), "rank %d aborted the communicator: %s", peer, peer_msg);
+        smddp__comm_abort(comm, SMDDP_ERR_ABORTED, msg);
+    }
     if (atomic_load(&comm->aborted)) {
         char desc[256];
         smddp__op_describe(op, desc, sizeof(desc));

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -63,12 +64,42 @@ int harness_run(int nranks, harness_fn_t fn, void *arg, harness_opts_t *opts)
     harness_opts_t defaults = {0};
     if (!opts) opts = &defaults;
     int timeout_s = opts->timeout_s > 0 ? opts->timeout_s : 120;
-    smddp__tcp_server_t *server = NULL;
-    int port = 0;
-    if (smddp__tcp_server_start("127.0.0.1", 0, &server, &port) != SMDDP_OK) {
-        fprintf(stderr, "harness: cannot start the store: %s\n", smddp_get_last_error(NULL));
+    /*
+     * The store runs in a process of its own, so that this process has no
+     * threads when it forks the ranks (a forked copy of a threaded process
+     * confuses LeakSanitizer, and the ranks must not inherit a server).
+     */
+    int port = 0, fds[2];
+    if (pipe(fds) != 0) return nranks;
+    pid_t store_pid = fork();
+    if (store_pid == 0) {
+        smddp__tcp_server_t *server = NULL;
+        close(fds[0]);
+        if (smddp__tcp_server_start("127.0.0.1", 0, &server, &port) != SMDDP_OK) port = -1;
+        ssize_t w = write(fds[1], &port, sizeof(port));
+        (void)w;
+        close(fds[1]);
+        /* Serve until the parent says stop (SIGTERM) or goes away. */
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+        int sig;
+        sigwait(&set, &sig);
+        smddp__tcp_server_stop(server);
+        _exit(0);
+    }
+    close(fds[1]);
+    if (store_pid < 0 || read(fds[0], &port, sizeof(port)) != sizeof(port) || port <= 0) {
+        close(fds[0]);
+        fprintf(stderr, "harness: cannot start the store\n");
+        if (store_pid > 0) {
+            kill(store_pid, SIGKILL);
+            waitpid(store_pid, NULL, 0);
+        }
         return nranks;
     }
+    close(fds[0]);
     opts->store_port = port;
     harness_store_port = port;
     char prefix[64];
@@ -131,6 +162,7 @@ int harness_run(int nranks, harness_fn_t fn, void *arg, harness_opts_t *opts)
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    smddp__tcp_server_stop(server);
+    kill(store_pid, SIGTERM);
+    waitpid(store_pid, &status, 0);
     return failed;
 }
