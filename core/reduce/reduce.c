@@ -6,7 +6,6 @@
  * that they agree bit for bit.
  */
 #include <assert.h>
-#include <string.h>
 #include <strings.h>
 
 #include "param.h"
@@ -94,21 +93,6 @@ static inline int current_isa(void)
     return isa >= 0 ? isa : init_isa();
 }
 
-static size_t dtype_size(smddp_dtype_t dtype)
-{
-    switch (dtype) {
-    case SMDDP_INT8:
-    case SMDDP_UINT8: return 1;
-    case SMDDP_FLOAT16:
-    case SMDDP_BFLOAT16: return 2;
-    case SMDDP_INT32:
-    case SMDDP_FLOAT32: return 4;
-    case SMDDP_INT64:
-    case SMDDP_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 bool smddp__reduce_valid(smddp_dtype_t dtype, smddp_op_t op)
 {
     if ((unsigned)dtype >= SMDDP_DTYPE_COUNT || (unsigned)op >= SMDDP_OP_COUNT) return false;
@@ -128,12 +112,6 @@ void smddp__reduce(const smddp__reduce_spec_t *spec, void *dst, const void *cons
 {
     assert(spec && smddp__reduce_valid(spec->dtype, spec->op) && nsrc >= 1);
     if (count == 0) return;
-    /* One source and no unary part: a copy, bit for bit (NaN payloads too). */
-    if (nsrc == 1 && spec->op != SMDDP_PREMUL_SUM &&
-        !(spec->op == SMDDP_AVG && spec->avg_div > 0)) {
-        if (dst != srcs[0]) memcpy(dst, srcs[0], count * dtype_size(spec->dtype));
-        return;
-    }
     isas[current_isa()].fn(spec, dst, srcs, nsrc, count);
 }
 

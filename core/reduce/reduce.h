@@ -26,8 +26,10 @@ typedef struct smddp__reduce_spec {
  * whichever instruction set runs. fp16/bf16 accumulate all nsrc inputs in
  * fp32 and round to nearest even once. Integer arithmetic wraps (two's
  * complement), as torch's does; min/max propagate NaN, as torch.maximum does.
+ * A floating-point result that is NaN is the canonical quiet NaN (its sign and
+ * payload would otherwise depend on the instruction set).
  * nsrc >= 1; nsrc == 1 applies the op's unary part (premul, avg division) or
- * copies. dst may be the same pointer as any src; any alignment is allowed.
+ * copies (bit for bit). dst may be the same pointer as any src; any alignment is allowed.
  * The spec must be valid (smddp__reduce_valid).
  */
 void smddp__reduce(const smddp__reduce_spec_t *spec, void *dst,

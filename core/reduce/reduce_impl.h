@@ -8,20 +8,34 @@
  * variant fuses a multiply and an add).
  *
  * How a kernel runs: the count elements are cut into blocks of REDUCE_BLOCK.
- * For each block, all nsrc sources are combined left to right into a local
- * accumulator (acc = src0 op src1, then acc = acc op src2, ...), the unary
- * tail is applied (AVG division), and only then is dst written. A dst that
- * is the same pointer as a source is therefore safe: every source value of
- * the block has been read before dst of the block changes. The accumulator is
- * a restrict-qualified local array and every loop is a plain loop over it, so
- * the compiler vectorises them with whatever vector width the flags allow;
- * sources and dst are accessed with memcpy, which compiles to unaligned
- * vector loads and stores, so any alignment works.
+ * Within a block the sources are combined left to right, one pass per
+ * source: with nsrc >= 3, acc = src0 op src1, then acc = acc op src_s for the
+ * middle sources, and the last pass computes dst = finish(acc op src_last)
+ * (finish: AVG's division, rounding to fp16/bf16). With nsrc == 2 the single
+ * pass is dst = finish(src0 op src1), with nsrc == 1 dst = finish(pre(src0)).
+ * dst is only written by the last pass of a block, element i right after
+ * element i of the last sources was read, so a dst that is the same pointer
+ * as any source is safe. acc is a restrict-qualified local array, every pass
+ * a plain loop, so the compiler vectorises them with whatever vector width
+ * the flags allow (for the passes that write dst, GCC adds a runtime overlap
+ * check that an exactly aliased dst passes). Sources and dst are accessed
+ * with memcpy, which compiles to unaligned vector loads and stores.
  *
- * fp16 and bf16 blocks are first widened to fp32 (F16C where available,
- * shifts for bf16) and then reuse the fp32 loops; the fp32 result is narrowed
- * once at the end with round to nearest even.
+ * Each pass is instantiated once per op with the op a constant (the
+ * REDUCE_SWITCH_* macros), so that every loop body is a few instructions.
+ *
+ * fp16 and bf16 values are widened to fp32 as they are loaded (bf16 with a
+ * shift inside the same loops; fp16 with F16C one block at a time into
+ * buffers), combined in fp32, and the fp32 result is narrowed once at the end
+ * with round to nearest even.
+ *
+ * A floating-point result that is NaN is stored as the canonical quiet NaN
+ * (positive, zero payload). IEEE arithmetic does not say which NaN operand's
+ * payload a + b returns, and the compiler may swap the operands of a
+ * commutative operation differently in each variant, so without this step
+ * the variants could disagree in the sign or payload of a NaN.
  */
+#include <math.h>
 #include <string.h>
 
 #include "half.h"
@@ -33,169 +47,350 @@
 #endif
 
 /*
- * Elements per block: the accumulator plus the fp16/bf16 widening buffer
- * (8 KiB for fp32) stay in L1 while each source streams through once.
+ * Elements per block: the accumulator (4 KiB for fp32; 16 KiB of buffers
+ * for fp16 with F16C) stays in L1 while each source streams through once.
  */
 #define REDUCE_BLOCK 1024
 
+/* The helpers below must be inlined for their op argument to fold away. */
+#define REDUCE_INLINE static inline __attribute__((always_inline))
+
 typedef const unsigned char *reduce_src_t;
 
-/* Unaligned element loads, one per storage type. */
-#define REDUCE_DEFINE_LOAD(SUF, T)                                     \
-    static inline T ld_##SUF(reduce_src_t p, size_t j)                 \
-    {                                                                  \
-        T v;                                                           \
-        memcpy(&v, p + j * sizeof(T), sizeof(T));                      \
-        return v;                                                      \
+/* ------------------------------------------------------------------------ */
+/* Loads and stores of one element, by storage type. */
+
+#define REDUCE_DEFINE_NATIVE_IO(SUF, T)                              \
+    REDUCE_INLINE T ld_##SUF(reduce_src_t p, size_t j)               \
+    {                                                                \
+        T v;                                                         \
+        memcpy(&v, p + j * sizeof(T), sizeof(T));                    \
+        return v;                                                    \
+    }                                                                \
+    REDUCE_INLINE void put_##SUF(unsigned char *p, size_t j, T v)    \
+    {                                                                \
+        memcpy(p + j * sizeof(T), &v, sizeof(T));                    \
     }
 
-REDUCE_DEFINE_LOAD(i8, int8_t)
-REDUCE_DEFINE_LOAD(u8, uint8_t)
-REDUCE_DEFINE_LOAD(i32, int32_t)
-REDUCE_DEFINE_LOAD(i64, int64_t)
-REDUCE_DEFINE_LOAD(f32, float)
-REDUCE_DEFINE_LOAD(f64, double)
+REDUCE_DEFINE_NATIVE_IO(i8, int8_t)
+REDUCE_DEFINE_NATIVE_IO(u8, uint8_t)
+REDUCE_DEFINE_NATIVE_IO(i32, int32_t)
+REDUCE_DEFINE_NATIVE_IO(i64, int64_t)
 
-/* ------------------------------------------------------------------------ */
-/* Floating point: fp32 and fp64 accumulate in their own type. */
+REDUCE_INLINE float ld_f32(reduce_src_t p, size_t j)
+{
+    float v;
+    memcpy(&v, p + 4 * j, 4);
+    return v;
+}
+
+REDUCE_INLINE void put_f32(unsigned char *p, size_t j, float v)
+{
+    v = v != v ? NAN : v;
+    memcpy(p + 4 * j, &v, 4);
+}
+
+REDUCE_INLINE double ld_f64(reduce_src_t p, size_t j)
+{
+    double v;
+    memcpy(&v, p + 8 * j, 8);
+    return v;
+}
+
+REDUCE_INLINE void put_f64(unsigned char *p, size_t j, double v)
+{
+    v = v != v ? (double)NAN : v;
+    memcpy(p + 8 * j, &v, 8);
+}
+
+/* bf16 is the top half of an fp32: widening is a shift that vectorises. */
+REDUCE_INLINE float ld_bf16(reduce_src_t p, size_t j)
+{
+    uint16_t h;
+    memcpy(&h, p + 2 * j, 2);
+    return smddp__bf16_to_fp32(h);
+}
 
 /*
- * NaN-propagating max/min (torch.maximum): a NaN in either operand wins. The
- * inner selects are exactly MAXPS/MINPS, so they vectorise.
+ * smddp__fp32_to_bf16's rounding spelled out, with its NaN case replaced by
+ * the canonical NaN selected through a mask on the 32-bit lanes: GCC turns
+ * this into a few vector instructions and one pack per two vectors, about a
+ * third fewer than calling the function (which packs the NaN test apart).
  */
-#define REDUCE_DEFINE_FLOAT(SUF, A)                                              \
-    static inline A max_##SUF(A a, A b) { return a != a ? a : (a > b ? a : b); } \
-    static inline A min_##SUF(A a, A b) { return a != a ? a : (a < b ? a : b); } \
-                                                                                 \
-    /* acc = x, times p for PREMUL_SUM. */                                       \
-    static void first_##SUF(A *restrict acc, reduce_src_t x, size_t n,           \
-                            smddp_op_t op, A p)                                  \
-    {                                                                            \
-        if (op == SMDDP_PREMUL_SUM) {                                            \
-            for (size_t j = 0; j < n; j++) acc[j] = ld_##SUF(x, j) * p;         \
-        } else {                                                                 \
-            memcpy(acc, x, n * sizeof(A));                                       \
-        }                                                                        \
-    }                                                                            \
-                                                                                 \
-    /* acc = x op y: the first step fused, saving one pass over acc. */          \
-    static void first2_##SUF(A *restrict acc, reduce_src_t x, reduce_src_t y,    \
-                             size_t n, smddp_op_t op, A p)                       \
-    {                                                                            \
-        size_t j;                                                                \
-        switch (op) {                                                            \
-        case SMDDP_SUM:                                                          \
-        case SMDDP_AVG:                                                          \
-            for (j = 0; j < n; j++) acc[j] = ld_##SUF(x, j) + ld_##SUF(y, j);    \
-            break;                                                               \
-        case SMDDP_PROD:                                                         \
-            for (j = 0; j < n; j++) acc[j] = ld_##SUF(x, j) * ld_##SUF(y, j);    \
-            break;                                                               \
-        case SMDDP_MIN:                                                          \
-            for (j = 0; j < n; j++)                                              \
-                acc[j] = min_##SUF(ld_##SUF(x, j), ld_##SUF(y, j));              \
-            break;                                                               \
-        case SMDDP_MAX:                                                          \
-            for (j = 0; j < n; j++)                                              \
-                acc[j] = max_##SUF(ld_##SUF(x, j), ld_##SUF(y, j));              \
-            break;                                                               \
-        case SMDDP_PREMUL_SUM:                                                   \
-            for (j = 0; j < n; j++)                                              \
-                acc[j] = ld_##SUF(x, j) * p + ld_##SUF(y, j) * p;                \
-            break;                                                               \
-        default:                                                                 \
-            break;                                                               \
-        }                                                                        \
-    }                                                                            \
-                                                                                 \
-    /* acc = acc op y. */                                                        \
-    static void step_##SUF(A *restrict acc, reduce_src_t y, size_t n,            \
-                           smddp_op_t op, A p)                                   \
-    {                                                                            \
-        size_t j;                                                                \
-        switch (op) {                                                            \
-        case SMDDP_SUM:                                                          \
-        case SMDDP_AVG:                                                          \
-            for (j = 0; j < n; j++) acc[j] = acc[j] + ld_##SUF(y, j);            \
-            break;                                                               \
-        case SMDDP_PROD:                                                         \
-            for (j = 0; j < n; j++) acc[j] = acc[j] * ld_##SUF(y, j);            \
-            break;                                                               \
-        case SMDDP_MIN:                                                          \
-            for (j = 0; j < n; j++) acc[j] = min_##SUF(acc[j], ld_##SUF(y, j));  \
-            break;                                                               \
-        case SMDDP_MAX:                                                          \
-            for (j = 0; j < n; j++) acc[j] = max_##SUF(acc[j], ld_##SUF(y, j));  \
-            break;                                                               \
-        case SMDDP_PREMUL_SUM:                                                   \
-            for (j = 0; j < n; j++) acc[j] = acc[j] + ld_##SUF(y, j) * p;        \
-            break;                                                               \
-        default:                                                                 \
-            break;                                                               \
-        }                                                                        \
-    }                                                                            \
-                                                                                 \
-    /* AVG: divide (not multiply by the reciprocal, which rounds differently). */ \
-    static void finish_##SUF(A *restrict acc, size_t n,                          \
-                             const smddp__reduce_spec_t *spec)                   \
-    {                                                                            \
-        if (spec->op != SMDDP_AVG || spec->avg_div <= 0) return;                 \
-        A d = (A)spec->avg_div;                                                  \
-        for (size_t j = 0; j < n; j++) acc[j] = acc[j] / d;                      \
-    }
+REDUCE_INLINE void put_bf16(unsigned char *p, size_t j, float v)
+{
+    uint32_t x;
+    memcpy(&x, &v, 4);
+    uint32_t r = x + 0x7fffu + ((x >> 16) & 1u);
+    uint32_t nan = 0u - (uint32_t)(v != v);
+    r = (r & ~nan) | (0x7fc00000u & nan);
+    uint16_t h = (uint16_t)(r >> 16);
+    memcpy(p + 2 * j, &h, 2);
+}
 
-REDUCE_DEFINE_FLOAT(f32, float)
-REDUCE_DEFINE_FLOAT(f64, double)
+/* fp16 without F16C: the portable conversions (scalar; the fallback path). */
+REDUCE_INLINE float ld_fp16(reduce_src_t p, size_t j)
+{
+    uint16_t h;
+    memcpy(&h, p + 2 * j, 2);
+    return smddp__fp16_to_fp32(h);
+}
 
-#define REDUCE_DEFINE_NATIVE_FLOAT(SUF, A)                                        \
-    static void reduce_##SUF(const smddp__reduce_spec_t *spec, void *dst,         \
-                             const void *const *srcs, int nsrc, size_t count)     \
-    {                                                                             \
-        A acc[REDUCE_BLOCK];                                                      \
-        A p = (A)spec->premul;                                                    \
-        for (size_t i = 0; i < count; i += REDUCE_BLOCK) {                        \
-            size_t n = SMDDP_MIN(count - i, (size_t)REDUCE_BLOCK);                \
-            size_t off = i * sizeof(A);                                           \
-            if (nsrc >= 2)                                                        \
-                first2_##SUF(acc, (reduce_src_t)srcs[0] + off,                    \
-                             (reduce_src_t)srcs[1] + off, n, spec->op, p);        \
-            else                                                                  \
-                first_##SUF(acc, (reduce_src_t)srcs[0] + off, n, spec->op, p);    \
-            for (int s = 2; s < nsrc; s++)                                        \
-                step_##SUF(acc, (reduce_src_t)srcs[s] + off, n, spec->op, p);     \
-            finish_##SUF(acc, n, spec);                                           \
-            memcpy((unsigned char *)dst + off, acc, n * sizeof(A));               \
-        }                                                                         \
-    }
-
-REDUCE_DEFINE_NATIVE_FLOAT(f32, float)
-REDUCE_DEFINE_NATIVE_FLOAT(f64, double)
+REDUCE_INLINE void put_fp16(unsigned char *p, size_t j, float v)
+{
+    uint16_t h = v != v ? 0x7e00 : smddp__fp32_to_fp16(v);
+    memcpy(p + 2 * j, &h, 2);
+}
 
 /* ------------------------------------------------------------------------ */
-/* fp16 and bf16: widen each block to fp32, combine in fp32, narrow once. */
-
-static void widen_bf16(float *restrict out, reduce_src_t in, size_t n)
-{
-    for (size_t j = 0; j < n; j++) {
-        uint16_t h;
-        memcpy(&h, in + 2 * j, 2);
-        out[j] = smddp__bf16_to_fp32(h);
-    }
-}
-
-static void narrow_bf16(unsigned char *out, const float *restrict in, size_t n)
-{
-    for (size_t j = 0; j < n; j++) {
-        uint16_t h = smddp__fp32_to_bf16(in[j]);
-        memcpy(out + 2 * j, &h, 2);
-    }
-}
-
-#if defined(REDUCE_USE_F16C)
 /*
- * VCVTPH2PS / VCVTPS2PH with an explicit round-to-nearest-even immediate (so
- * MXCSR's rounding mode does not matter). The tail goes through a padded
- * 8-lane buffer so that it uses the same instruction as the body.
+ * The ops on an accumulator type: pre (applied to the first source), comb
+ * (acc op next source), fin (applied to the result); premul and divisor,
+ * from the spec, in the accumulation type.
+ */
+
+/*
+ * Floats. min/max propagate NaN (torch.maximum) and give the right operand
+ * for equal ones (+0 and -0); the inner selects are exactly MINPS/MAXPS.
+ */
+#define REDUCE_DEFINE_FLOAT_OPS(ASUF, A)                                        \
+    REDUCE_INLINE A pre_##ASUF(A x, smddp_op_t op, A p)                         \
+    {                                                                           \
+        return op == SMDDP_PREMUL_SUM ? x * p : x;                              \
+    }                                                                           \
+    REDUCE_INLINE A comb_##ASUF(A a, A y, smddp_op_t op, A p)                   \
+    {                                                                           \
+        switch (op) {                                                           \
+        case SMDDP_PROD: return a * y;                                          \
+        case SMDDP_MIN: return a != a ? a : (a < y ? a : y);                    \
+        case SMDDP_MAX: return a != a ? a : (a > y ? a : y);                    \
+        case SMDDP_PREMUL_SUM: return a + y * p;                                \
+        default: return a + y;                                                  \
+        }                                                                       \
+    }                                                                           \
+    /* AVG divides (x * (1/n) would round differently). */                      \
+    REDUCE_INLINE A fin_##ASUF(A v, smddp_op_t op, A d)                         \
+    {                                                                           \
+        return op == SMDDP_AVG ? v / d : v;                                     \
+    }                                                                           \
+    REDUCE_INLINE A premul_##ASUF(const smddp__reduce_spec_t *spec)             \
+    {                                                                           \
+        return (A)spec->premul;                                                 \
+    }                                                                           \
+    REDUCE_INLINE A divisor_##ASUF(const smddp__reduce_spec_t *spec)            \
+    {                                                                           \
+        return (A)spec->avg_div;                                                \
+    }
+
+REDUCE_DEFINE_FLOAT_OPS(f32, float)
+REDUCE_DEFINE_FLOAT_OPS(f64, double)
+
+/*
+ * Integers: sums and products wrap (two's complement, like torch), computed
+ * in the unsigned type U so that no signed overflow occurs; min/max compare in
+ * the element type T; AVG truncates the wrapped sum towards zero, dividing in
+ * D, a type wide enough for avg_div. premul does not apply.
+ */
+#define REDUCE_DEFINE_INT_OPS(ASUF, T, U, D)                                    \
+    REDUCE_INLINE T pre_##ASUF(T x, smddp_op_t op, T p)                         \
+    {                                                                           \
+        (void)op;                                                               \
+        (void)p;                                                                \
+        return x;                                                               \
+    }                                                                           \
+    REDUCE_INLINE T comb_##ASUF(T a, T y, smddp_op_t op, T p)                   \
+    {                                                                           \
+        (void)p;                                                                \
+        switch (op) {                                                           \
+        case SMDDP_PROD: return (T)((U)a * (U)y);                               \
+        case SMDDP_MIN: return a < y ? a : y;                                   \
+        case SMDDP_MAX: return a > y ? a : y;                                   \
+        case SMDDP_BAND: return (T)(a & y);                                     \
+        case SMDDP_BOR: return (T)(a | y);                                      \
+        case SMDDP_BXOR: return (T)(a ^ y);                                     \
+        default: return (T)((U)a + (U)y);                                       \
+        }                                                                       \
+    }                                                                           \
+    REDUCE_INLINE T fin_##ASUF(T v, smddp_op_t op, D d)                         \
+    {                                                                           \
+        return op == SMDDP_AVG ? (T)((D)v / d) : v;                             \
+    }                                                                           \
+    REDUCE_INLINE T premul_##ASUF(const smddp__reduce_spec_t *spec)             \
+    {                                                                           \
+        (void)spec;                                                             \
+        return 0;                                                               \
+    }                                                                           \
+    REDUCE_INLINE D divisor_##ASUF(const smddp__reduce_spec_t *spec)            \
+    {                                                                           \
+        return (D)spec->avg_div;                                                \
+    }
+
+REDUCE_DEFINE_INT_OPS(i8, int8_t, uint8_t, int)
+REDUCE_DEFINE_INT_OPS(u8, uint8_t, uint8_t, int)
+REDUCE_DEFINE_INT_OPS(i32, int32_t, uint32_t, int32_t)
+REDUCE_DEFINE_INT_OPS(i64, int64_t, uint64_t, int64_t)
+
+/*
+ * Calls fn(args..., OP) with OP a constant matching op. The ACC variants are
+ * for passes into acc, where AVG is a plain sum (the caller passes SUM).
+ */
+#define REDUCE_SWITCH_FLOAT_ACC(op, fn, ...)                                   \
+    switch (op) {                                                              \
+    case SMDDP_PROD: fn(__VA_ARGS__, SMDDP_PROD); break;                       \
+    case SMDDP_MIN: fn(__VA_ARGS__, SMDDP_MIN); break;                         \
+    case SMDDP_MAX: fn(__VA_ARGS__, SMDDP_MAX); break;                         \
+    case SMDDP_PREMUL_SUM: fn(__VA_ARGS__, SMDDP_PREMUL_SUM); break;           \
+    default: fn(__VA_ARGS__, SMDDP_SUM); break;                                \
+    }
+#define REDUCE_SWITCH_FLOAT_OUT(op, fn, ...)                                   \
+    switch (op) {                                                              \
+    case SMDDP_AVG: fn(__VA_ARGS__, SMDDP_AVG); break;                         \
+    default: REDUCE_SWITCH_FLOAT_ACC(op, fn, __VA_ARGS__) break;               \
+    }
+#define REDUCE_SWITCH_INT_ACC(op, fn, ...)                                     \
+    switch (op) {                                                              \
+    case SMDDP_PROD: fn(__VA_ARGS__, SMDDP_PROD); break;                       \
+    case SMDDP_MIN: fn(__VA_ARGS__, SMDDP_MIN); break;                         \
+    case SMDDP_MAX: fn(__VA_ARGS__, SMDDP_MAX); break;                         \
+    case SMDDP_BAND: fn(__VA_ARGS__, SMDDP_BAND); break;                       \
+    case SMDDP_BOR: fn(__VA_ARGS__, SMDDP_BOR); break;                         \
+    case SMDDP_BXOR: fn(__VA_ARGS__, SMDDP_BXOR); break;                       \
+    default: fn(__VA_ARGS__, SMDDP_SUM); break;                                \
+    }
+#define REDUCE_SWITCH_INT_OUT(op, fn, ...)                                     \
+    switch (op) {                                                              \
+    case SMDDP_AVG: fn(__VA_ARGS__, SMDDP_AVG); break;                         \
+    default: REDUCE_SWITCH_INT_ACC(op, fn, __VA_ARGS__) break;                 \
+    }
+
+/* ------------------------------------------------------------------------ */
+/*
+ * The passes and the kernel for storage type SUF (ld_SUF/put_SUF) with
+ * accumulator A and ops ASUF, divisor type D, switches FAM (FLOAT or INT).
+ * The *_k helpers take the op last, as a constant after inlining.
+ */
+#define REDUCE_DEFINE_PASSES(SUF, A, ASUF, D, FAM)                                 \
+    REDUCE_INLINE void acc2_##SUF##_k(A *restrict acc, reduce_src_t x,             \
+                                      reduce_src_t y, size_t n, A p, smddp_op_t op) \
+    {                                                                              \
+        for (size_t j = 0; j < n; j++)                                             \
+            acc[j] = comb_##ASUF(pre_##ASUF(ld_##SUF(x, j), op, p), ld_##SUF(y, j), \
+                                 op, p);                                           \
+    }                                                                              \
+    /* acc = pre(x) op y */                                                        \
+    static void acc2_##SUF(A *restrict acc, reduce_src_t x, reduce_src_t y,        \
+                           size_t n, A p, smddp_op_t op)                           \
+    {                                                                              \
+        REDUCE_SWITCH_##FAM##_ACC(op, acc2_##SUF##_k, acc, x, y, n, p)             \
+    }                                                                              \
+                                                                                   \
+    REDUCE_INLINE void step_##SUF##_k(A *restrict acc, reduce_src_t y, size_t n,   \
+                                      A p, smddp_op_t op)                          \
+    {                                                                              \
+        for (size_t j = 0; j < n; j++) acc[j] = comb_##ASUF(acc[j], ld_##SUF(y, j), op, p); \
+    }                                                                              \
+    /* acc = acc op y */                                                           \
+    static void step_##SUF(A *restrict acc, reduce_src_t y, size_t n, A p,         \
+                           smddp_op_t op)                                          \
+    {                                                                              \
+        REDUCE_SWITCH_##FAM##_ACC(op, step_##SUF##_k, acc, y, n, p)                \
+    }                                                                              \
+                                                                                   \
+    REDUCE_INLINE void last_##SUF##_k(unsigned char *dst, const A *restrict acc,   \
+                                      reduce_src_t y, size_t n, A p, D d,          \
+                                      smddp_op_t op)                               \
+    {                                                                              \
+        for (size_t j = 0; j < n; j++)                                             \
+            put_##SUF(dst, j, fin_##ASUF(comb_##ASUF(acc[j], ld_##SUF(y, j), op, p), op, d)); \
+    }                                                                              \
+    /* dst = fin(acc op y) */                                                      \
+    static void last_##SUF(unsigned char *dst, const A *restrict acc, reduce_src_t y, \
+                           size_t n, A p, D d, smddp_op_t op)                      \
+    {                                                                              \
+        REDUCE_SWITCH_##FAM##_OUT(op, last_##SUF##_k, dst, acc, y, n, p, d)        \
+    }                                                                              \
+                                                                                   \
+    REDUCE_INLINE void two_##SUF##_k(unsigned char *dst, reduce_src_t x,           \
+                                     reduce_src_t y, size_t n, A p, D d,           \
+                                     smddp_op_t op)                                \
+    {                                                                              \
+        for (size_t j = 0; j < n; j++)                                             \
+            put_##SUF(dst, j,                                                      \
+                      fin_##ASUF(comb_##ASUF(pre_##ASUF(ld_##SUF(x, j), op, p),    \
+                                             ld_##SUF(y, j), op, p),               \
+                                 op, d));                                          \
+    }                                                                              \
+    /* dst = fin(pre(x) op y) */                                                   \
+    static void two_##SUF(unsigned char *dst, reduce_src_t x, reduce_src_t y,      \
+                          size_t n, A p, D d, smddp_op_t op)                       \
+    {                                                                              \
+        REDUCE_SWITCH_##FAM##_OUT(op, two_##SUF##_k, dst, x, y, n, p, d)           \
+    }                                                                              \
+                                                                                   \
+    REDUCE_INLINE void one_##SUF##_k(unsigned char *dst, reduce_src_t x, size_t n, \
+                                     A p, D d, smddp_op_t op)                      \
+    {                                                                              \
+        for (size_t j = 0; j < n; j++)                                             \
+            put_##SUF(dst, j, fin_##ASUF(pre_##ASUF(ld_##SUF(x, j), op, p), op, d)); \
+    }                                                                              \
+    /* dst = fin(pre(x)) */                                                        \
+    static void one_##SUF(unsigned char *dst, reduce_src_t x, size_t n, A p, D d,  \
+                          smddp_op_t op)                                           \
+    {                                                                              \
+        REDUCE_SWITCH_##FAM##_OUT(op, one_##SUF##_k, dst, x, n, p, d)              \
+    }
+
+/*
+ * The block loop. acc_op is the op for passes into acc (AVG is a sum there),
+ * out_op the op for the pass that writes dst (AVG only with a divisor).
+ */
+#define REDUCE_DEFINE_KERNEL(SUF, ESZ, A, ASUF, D, FAM)                            \
+    REDUCE_DEFINE_PASSES(SUF, A, ASUF, D, FAM)                                     \
+    static void reduce_##SUF(const smddp__reduce_spec_t *spec, void *dst,          \
+                             const void *const *srcs, int nsrc, size_t count)      \
+    {                                                                              \
+        A acc[REDUCE_BLOCK];                                                       \
+        A p = premul_##ASUF(spec);                                                 \
+        D d = divisor_##ASUF(spec);                                                \
+        smddp_op_t acc_op = spec->op == SMDDP_AVG ? SMDDP_SUM : spec->op;          \
+        smddp_op_t out_op =                                                        \
+            spec->op == SMDDP_AVG && spec->avg_div > 0 ? SMDDP_AVG : acc_op;       \
+        for (size_t i = 0; i < count; i += REDUCE_BLOCK) {                         \
+            size_t n = SMDDP_MIN(count - i, (size_t)REDUCE_BLOCK);                 \
+            size_t off = i * (ESZ);                                                \
+            unsigned char *out = (unsigned char *)dst + off;                       \
+            reduce_src_t s0 = (reduce_src_t)srcs[0] + off;                         \
+            if (nsrc == 1) {                                                       \
+                one_##SUF(out, s0, n, p, d, out_op);                               \
+            } else if (nsrc == 2) {                                                \
+                two_##SUF(out, s0, (reduce_src_t)srcs[1] + off, n, p, d, out_op);  \
+            } else {                                                               \
+                acc2_##SUF(acc, s0, (reduce_src_t)srcs[1] + off, n, p, acc_op);    \
+                for (int s = 2; s < nsrc - 1; s++)                                 \
+                    step_##SUF(acc, (reduce_src_t)srcs[s] + off, n, p, acc_op);    \
+                last_##SUF(out, acc, (reduce_src_t)srcs[nsrc - 1] + off, n, p, d,  \
+                           out_op);                                                \
+            }                                                                      \
+        }                                                                          \
+    }
+
+REDUCE_DEFINE_KERNEL(i8, 1, int8_t, i8, int, INT)
+REDUCE_DEFINE_KERNEL(u8, 1, uint8_t, u8, int, INT)
+REDUCE_DEFINE_KERNEL(i32, 4, int32_t, i32, int32_t, INT)
+REDUCE_DEFINE_KERNEL(i64, 8, int64_t, i64, int64_t, INT)
+REDUCE_DEFINE_KERNEL(f32, 4, float, f32, float, FLOAT)
+REDUCE_DEFINE_KERNEL(f64, 8, double, f64, double, FLOAT)
+REDUCE_DEFINE_KERNEL(bf16, 2, float, f32, float, FLOAT)
+
+#if !defined(REDUCE_USE_F16C)
+REDUCE_DEFINE_KERNEL(fp16, 2, float, f32, float, FLOAT)
+#else
+/*
+ * fp16 with F16C: each source block is widened into a buffer with VCVTPH2PS
+ * and combined by the fp32 passes into an fp32 block (NaN already canonical),
+ * which VCVTPS2PH narrows into dst. Both take an explicit rounding immediate
+ * (MXCSR's mode does not matter) and handle the tail through a padded 8-lane
+ * buffer, so that it uses the same instructions as the body.
  */
 static void widen_fp16(float *restrict out, reduce_src_t in, size_t n)
 {
@@ -227,177 +422,65 @@ static void narrow_fp16(unsigned char *out, const float *restrict in, size_t n)
         memcpy(out + 2 * j, h, (n - j) * 2);
     }
 }
-#else
-static void widen_fp16(float *restrict out, reduce_src_t in, size_t n)
-{
-    for (size_t j = 0; j < n; j++) {
-        uint16_t h;
-        memcpy(&h, in + 2 * j, 2);
-        out[j] = smddp__fp16_to_fp32(h);
-    }
-}
 
-static void narrow_fp16(unsigned char *out, const float *restrict in, size_t n)
+static void reduce_fp16(const smddp__reduce_spec_t *spec, void *dst, const void *const *srcs,
+                        int nsrc, size_t count)
 {
-    for (size_t j = 0; j < n; j++) {
-        uint16_t h = smddp__fp32_to_fp16(in[j]);
-        memcpy(out + 2 * j, &h, 2);
+    float acc[REDUCE_BLOCK], x[REDUCE_BLOCK], y[REDUCE_BLOCK], res[REDUCE_BLOCK];
+    float p = premul_f32(spec);
+    float d = divisor_f32(spec);
+    smddp_op_t acc_op = spec->op == SMDDP_AVG ? SMDDP_SUM : spec->op;
+    smddp_op_t out_op = spec->op == SMDDP_AVG && spec->avg_div > 0 ? SMDDP_AVG : acc_op;
+    unsigned char *r = (unsigned char *)res;
+    for (size_t i = 0; i < count; i += REDUCE_BLOCK) {
+        size_t n = SMDDP_MIN(count - i, (size_t)REDUCE_BLOCK);
+        size_t off = i * 2;
+        widen_fp16(x, (reduce_src_t)srcs[0] + off, n);
+        if (nsrc == 1) {
+            one_f32(r, (reduce_src_t)x, n, p, d, out_op);
+        } else {
+            widen_fp16(y, (reduce_src_t)srcs[1] + off, n);
+            if (nsrc == 2) {
+                two_f32(r, (reduce_src_t)x, (reduce_src_t)y, n, p, d, out_op);
+            } else {
+                acc2_f32(acc, (reduce_src_t)x, (reduce_src_t)y, n, p, acc_op);
+                for (int s = 2; s < nsrc - 1; s++) {
+                    widen_fp16(y, (reduce_src_t)srcs[s] + off, n);
+                    step_f32(acc, (reduce_src_t)y, n, p, acc_op);
+                }
+                widen_fp16(y, (reduce_src_t)srcs[nsrc - 1] + off, n);
+                last_f32(r, acc, (reduce_src_t)y, n, p, d, out_op);
+            }
+        }
+        narrow_fp16((unsigned char *)dst + off, res, n);
     }
 }
 #endif
 
-#define REDUCE_DEFINE_HALF(SUF)                                                      \
-    static void reduce_##SUF(const smddp__reduce_spec_t *spec, void *dst,            \
-                             const void *const *srcs, int nsrc, size_t count)        \
-    {                                                                                \
-        float acc[REDUCE_BLOCK];                                                     \
-        float tmp[REDUCE_BLOCK];                                                     \
-        float p = (float)spec->premul;                                               \
-        for (size_t i = 0; i < count; i += REDUCE_BLOCK) {                           \
-            size_t n = SMDDP_MIN(count - i, (size_t)REDUCE_BLOCK);                   \
-            size_t off = i * 2;                                                      \
-            widen_##SUF(acc, (reduce_src_t)srcs[0] + off, n);                        \
-            if (spec->op == SMDDP_PREMUL_SUM)                                        \
-                for (size_t j = 0; j < n; j++) acc[j] = acc[j] * p;                  \
-            for (int s = 1; s < nsrc; s++) {                                         \
-                widen_##SUF(tmp, (reduce_src_t)srcs[s] + off, n);                    \
-                step_f32(acc, (reduce_src_t)tmp, n, spec->op, p);                    \
-            }                                                                        \
-            finish_f32(acc, n, spec);                                                \
-            narrow_##SUF((unsigned char *)dst + off, acc, n);                        \
-        }                                                                            \
-    }
-
-REDUCE_DEFINE_HALF(fp16)
-REDUCE_DEFINE_HALF(bf16)
-
 /* ------------------------------------------------------------------------ */
-/*
- * Integers: sums and products wrap (two's complement, like torch), computed in
- * the unsigned type U so that no signed overflow occurs; min/max compare in
- * the element type T; AVG truncates the wrapped sum towards zero, dividing in
- * D, a type wide enough for avg_div.
- */
-#define REDUCE_DEFINE_INT(SUF, T, U, D)                                               \
-    static inline T op_##SUF(T a, T b, smddp_op_t op)                                 \
-    {                                                                                 \
-        switch (op) {                                                                 \
-        case SMDDP_PROD: return (T)((U)a * (U)b);                                     \
-        case SMDDP_MIN: return a < b ? a : b;                                         \
-        case SMDDP_MAX: return a > b ? a : b;                                         \
-        case SMDDP_BAND: return (T)(a & b);                                           \
-        case SMDDP_BOR: return (T)(a | b);                                            \
-        case SMDDP_BXOR: return (T)(a ^ b);                                           \
-        default: return (T)((U)a + (U)b);                                             \
-        }                                                                             \
-    }                                                                                 \
-                                                                                      \
-    /*                                                                                \
-     * One loop per op: op_##SUF is inlined with a constant op, so each loop          \
-     * body is a single vector operation.                                            \
-     */                                                                               \
-    static void first2_##SUF(T *restrict acc, reduce_src_t x, reduce_src_t y,         \
-                             size_t n, smddp_op_t op)                                 \
-    {                                                                                 \
-        size_t j;                                                                     \
-        switch (op) {                                                                 \
-        case SMDDP_SUM:                                                               \
-        case SMDDP_AVG:                                                               \
-            for (j = 0; j < n; j++)                                                   \
-                acc[j] = op_##SUF(ld_##SUF(x, j), ld_##SUF(y, j), SMDDP_SUM);         \
-            break;                                                                    \
-        case SMDDP_PROD:                                                              \
-            for (j = 0; j < n; j++)                                                   \
-                acc[j] = op_##SUF(ld_##SUF(x, j), ld_##SUF(y, j), SMDDP_PROD);        \
-            break;                                                                    \
-        case SMDDP_MIN:                                                               \
-            for (j = 0; j < n; j++)                                                   \
-                acc[j] = op_##SUF(ld_##SUF(x, j), ld_##SUF(y, j), SMDDP_MIN);         \
-            break;                                                                    \
-        case SMDDP_MAX:                                                               \
-            for (j = 0; j < n; j++)                                                   \
-                acc[j] = op_##SUF(ld_##SUF(x, j), ld_##SUF(y, j), SMDDP_MAX);         \
-            break;                                                                    \
-        case SMDDP_BAND:                                                              \
-            for (j = 0; j < n; j++)                                                   \
-                acc[j] = op_##SUF(ld_##SUF(x, j), ld_##SUF(y, j), SMDDP_BAND);        \
-            break;                                                                    \
-        case SMDDP_BOR:                                                               \
-            for (j = 0; j < n; j++)                                                   \
-                acc[j] = op_##SUF(ld_##SUF(x, j), ld_##SUF(y, j), SMDDP_BOR);         \
-            break;                                                                    \
-        case SMDDP_BXOR:                                                              \
-            for (j = 0; j < n; j++)                                                   \
-                acc[j] = op_##SUF(ld_##SUF(x, j), ld_##SUF(y, j), SMDDP_BXOR);        \
-            break;                                                                    \
-        default:                                                                      \
-            break;                                                                    \
-        }                                                                             \
-    }                                                                                 \
-                                                                                      \
-    static void step_##SUF(T *restrict acc, reduce_src_t y, size_t n, smddp_op_t op)  \
-    {                                                                                 \
-        size_t j;                                                                     \
-        switch (op) {                                                                 \
-        case SMDDP_SUM:                                                               \
-        case SMDDP_AVG:                                                               \
-            for (j = 0; j < n; j++) acc[j] = op_##SUF(acc[j], ld_##SUF(y, j), SMDDP_SUM); \
-            break;                                                                    \
-        case SMDDP_PROD:                                                              \
-            for (j = 0; j < n; j++) acc[j] = op_##SUF(acc[j], ld_##SUF(y, j), SMDDP_PROD); \
-            break;                                                                    \
-        case SMDDP_MIN:                                                               \
-            for (j = 0; j < n; j++) acc[j] = op_##SUF(acc[j], ld_##SUF(y, j), SMDDP_MIN); \
-            break;                                                                    \
-        case SMDDP_MAX:                                                               \
-            for (j = 0; j < n; j++) acc[j] = op_##SUF(acc[j], ld_##SUF(y, j), SMDDP_MAX); \
-            break;                                                                    \
-        case SMDDP_BAND:                                                              \
-            for (j = 0; j < n; j++) acc[j] = op_##SUF(acc[j], ld_##SUF(y, j), SMDDP_BAND); \
-            break;                                                                    \
-        case SMDDP_BOR:                                                               \
-            for (j = 0; j < n; j++) acc[j] = op_##SUF(acc[j], ld_##SUF(y, j), SMDDP_BOR); \
-            break;                                                                    \
-        case SMDDP_BXOR:                                                              \
-            for (j = 0; j < n; j++) acc[j] = op_##SUF(acc[j], ld_##SUF(y, j), SMDDP_BXOR); \
-            break;                                                                    \
-        default:                                                                      \
-            break;                                                                    \
-        }                                                                             \
-    }                                                                                 \
-                                                                                      \
-    static void reduce_##SUF(const smddp__reduce_spec_t *spec, void *dst,             \
-                             const void *const *srcs, int nsrc, size_t count)         \
-    {                                                                                 \
-        T acc[REDUCE_BLOCK];                                                          \
-        for (size_t i = 0; i < count; i += REDUCE_BLOCK) {                            \
-            size_t n = SMDDP_MIN(count - i, (size_t)REDUCE_BLOCK);                    \
-            size_t off = i * sizeof(T);                                               \
-            if (nsrc >= 2)                                                            \
-                first2_##SUF(acc, (reduce_src_t)srcs[0] + off,                        \
-                             (reduce_src_t)srcs[1] + off, n, spec->op);               \
-            else                                                                      \
-                memcpy(acc, (reduce_src_t)srcs[0] + off, n * sizeof(T));              \
-            for (int s = 2; s < nsrc; s++)                                            \
-                step_##SUF(acc, (reduce_src_t)srcs[s] + off, n, spec->op);            \
-            if (spec->op == SMDDP_AVG && spec->avg_div > 0) {                         \
-                D d = (D)spec->avg_div;                                               \
-                for (size_t j = 0; j < n; j++) acc[j] = (T)((D)acc[j] / d);           \
-            }                                                                         \
-            memcpy((unsigned char *)dst + off, acc, n * sizeof(T));                   \
-        }                                                                             \
+
+static size_t dtype_size(smddp_dtype_t dtype)
+{
+    switch (dtype) {
+    case SMDDP_INT8:
+    case SMDDP_UINT8: return 1;
+    case SMDDP_FLOAT16:
+    case SMDDP_BFLOAT16: return 2;
+    case SMDDP_INT32:
+    case SMDDP_FLOAT32: return 4;
+    default: return 8;
     }
-
-REDUCE_DEFINE_INT(i8, int8_t, uint8_t, int)
-REDUCE_DEFINE_INT(u8, uint8_t, uint8_t, int)
-REDUCE_DEFINE_INT(i32, int32_t, uint32_t, int32_t)
-REDUCE_DEFINE_INT(i64, int64_t, uint64_t, int64_t)
-
-/* ------------------------------------------------------------------------ */
+}
 
 void REDUCE_ENTRY(const smddp__reduce_spec_t *spec, void *dst, const void *const *srcs,
                   int nsrc, size_t count)
 {
+    /* One source and no unary part: a copy, bit for bit (NaN payloads too). */
+    if (nsrc == 1 && spec->op != SMDDP_PREMUL_SUM &&
+        !(spec->op == SMDDP_AVG && spec->avg_div > 0)) {
+        if (dst != srcs[0] && count > 0) memcpy(dst, srcs[0], count * dtype_size(spec->dtype));
+        return;
+    }
     switch (spec->dtype) {
     case SMDDP_INT8: reduce_i8(spec, dst, srcs, nsrc, count); break;
     case SMDDP_UINT8: reduce_u8(spec, dst, srcs, nsrc, count); break;

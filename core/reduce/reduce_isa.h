@@ -1,7 +1,7 @@
 /*
  * The per-instruction-set entry points that reduce.c dispatches between. Each
  * is reduce_impl.h compiled with different flags; all have the contract of
- * smddp__reduce() for nsrc >= 1 and a valid spec.
+ * smddp__reduce() (nsrc >= 1, a valid spec) and give bit-identical results.
  */
 #ifndef SMDDP_CORE_REDUCE_ISA_H
 #define SMDDP_CORE_REDUCE_ISA_H
