@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -49,6 +50,7 @@ typedef struct bench_args {
     int csv;
     int ref_memcpy;
     int inplace;
+    int bind;
 } bench_args_t;
 
 static int rank, nranks;
@@ -121,7 +123,9 @@ static void usage(void)
            "  -p, --procs N        spawn N local ranks (smddp_bench only; otherwise join\n"
            "                       through the launcher's environment)\n"
            "  -F, --format csv     print CSV instead of a table\n"
-           "      --ref memcpy     add a single-thread memcpy rate per size, and the ratio\n");
+           "      --ref memcpy     add a single-thread memcpy rate per size, and the ratio\n"
+           "      --bind 0|1       with -p, pin rank r to the r-th allowed CPU, round robin, as\n"
+           "                       mpirun does by default (default 1)\n");
 }
 
 static void parse_args(int argc, char **argv, bench_args_t *a)
@@ -131,8 +135,9 @@ static void parse_args(int argc, char **argv, bench_args_t *a)
         {"minbytes", 1, NULL, 'b'}, {"maxbytes", 1, NULL, 'e'},    {"stepfactor", 1, NULL, 'f'},
         {"iters", 1, NULL, 'n'},    {"warmup_iters", 1, NULL, 'w'}, {"check", 1, NULL, 'c'},
         {"inplace", 1, NULL, 'i'},  {"procs", 1, NULL, 'p'},       {"format", 1, NULL, 'F'},
-        {"ref", 1, NULL, 'R'},      {"help", 0, NULL, 'h'},        {NULL, 0, NULL, 0}};
-    *a = (bench_args_t){OP_ALLREDUCE, SMDDP_FLOAT32, SMDDP_SUM, 8, 64 << 20, 2.0, 20, 5, 1, 0, 0, 0, 0};
+        {"ref", 1, NULL, 'R'},      {"help", 0, NULL, 'h'},        {"bind", 1, NULL, 'B'},
+        {NULL, 0, NULL, 0}};
+    *a = (bench_args_t){OP_ALLREDUCE, SMDDP_FLOAT32, SMDDP_SUM, 8, 64 << 20, 2.0, 20, 5, 1, 0, 0, 0, 0, 1};
     int c;
     while ((c = getopt_long(argc, argv, "o:d:r:b:e:f:n:w:c:i:p:F:h", longopts, NULL)) != -1) {
         switch (c) {
@@ -164,6 +169,7 @@ static void parse_args(int argc, char **argv, bench_args_t *a)
             if (strcasecmp(optarg, "memcpy") != 0) die("unknown reference \"%s\"; accepted: memcpy", optarg);
             a->ref_memcpy = 1;
             break;
+        case 'B': a->bind = atoi(optarg); break;
         case 'h': usage(); exit(0);
         default: usage(); exit(2);
         }
@@ -534,8 +540,25 @@ static int free_port(void)
     return ntohs(sa.sin_port);
 }
 
+/* Rank r runs on the r-th allowed CPU (round robin), as mpirun binds by default. */
+static void bind_to_cpu(int r)
+{
+    cpu_set_t allowed, one;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+    int n = CPU_COUNT(&allowed), want = r % n, seen = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &allowed)) continue;
+        if (seen++ == want) {
+            CPU_ZERO(&one);
+            CPU_SET(c, &one);
+            sched_setaffinity(0, sizeof(one), &one);
+            return;
+        }
+    }
+}
+
 /* -p N: fork N ranks that rendezvous through the built-in store. */
-static int spawn(int n, int argc, char **argv)
+static int spawn(int n, int do_bind, int argc, char **argv)
 {
     (void)argc;
     (void)argv;
@@ -553,6 +576,7 @@ static int spawn(int n, int argc, char **argv)
         if (pids[r] == 0) {
             snprintf(buf, sizeof(buf), "%d", r);
             setenv("SMDDP_RANK", buf, 1);
+            if (do_bind) bind_to_cpu(r);
             return 0;
         }
     }
@@ -584,7 +608,7 @@ int main(int argc, char **argv)
     run(&a);
     MPI_Finalize();
 #else
-    if (a.spawn > 0) spawn(a.spawn, argc, argv);
+    if (a.spawn > 0) spawn(a.spawn, a.bind, argc, argv);
     smddp_status_t st = smddp_comm_create_from_env(NULL, &comm);
     check_call(st, "smddp_comm_create_from_env");
     smddp_comm_rank(comm, &rank);

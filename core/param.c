@@ -49,6 +49,10 @@ static const param_row_t rows[] = {
     {"SMDDP_HOSTNAME", P_STRING, "",
      "node identity used to group ranks into nodes (default: the host name)", OFF(hostname),
      CAP(hostname), NULL},
+    {"SMDDP_JOB_ID", P_STRING, "",
+     "job id from which a one-node job derives its store port when none is set (else "
+     "PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid, SLURM_JOB_ID)",
+     OFF(job_id), CAP(job_id), NULL},
     {"SMDDP_ALLREDUCE_ALGO", P_ENUM, "auto", "allreduce algorithm inside a node", OFF(algo), 0,
      "auto|oneshot|twoshot"},
     {"SMDDP_ALLREDUCE_ONESHOT_MAX", P_SIZE, "32768",
@@ -63,7 +67,7 @@ static const param_row_t rows[] = {
      "shared-memory ring per ordered pair of local ranks for send/recv (bytes)", OFF(p2p_buffer),
      0, NULL},
     {"SMDDP_SPIN", P_INT, "-1",
-     "microseconds to busy-wait before yielding, then sleeping on a futex (-1: 20, or 1 when "
+     "microseconds to busy-wait before yielding, then sleeping on a futex (-1: 5, or 1 when "
      "local ranks outnumber cores)",
      OFF(spin), 0, NULL},
     {"SMDDP_CHECK_ORDER", P_BOOL, "0",
@@ -139,7 +143,8 @@ static int parse_value(const param_row_t *row, const char *value)
         errno = 0;
         double v = strtod(value, &end);
         if (errno || end == value || *end != '\0' || !(v > 0) || v > 1e9) return -1;
-        *(int64_t *)field = (int64_t)(v * 1000.0);
+        /* A positive value must not round down to 0 ms, which would be an instant deadline. */
+        *(int64_t *)field = SMDDP_MAX((int64_t)(v * 1000.0), 1);
         return 0;
     }
     case P_BOOL:

@@ -200,7 +200,7 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
     if (params->spin >= 0)
         s->spin_ns = (int64_t)params->spin * 1000;
     else
-        s->spin_ns = oversubscribed ? 1000 : 20 * 1000;
+        s->spin_ns = oversubscribed ? 1000 : 5 * 1000;
     s->yield_ns = oversubscribed ? 200 * 1000 : 2 * 1000 * 1000;
 
     snprintf(key, sizeof(key), "%s/shm/%d", comm->prefix, comm->node);
