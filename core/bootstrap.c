@@ -99,9 +99,9 @@ smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config, sm
     }
     if (port < 0) {
         /* One-node jobs under mpirun or srun: derive a port from the job id. */
-        const char *ids[] = {"SMDDP_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
-                             "SLURM_JOB_ID", NULL};
+        const char *ids[] = {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID", NULL};
         char job[512] = "";
+        if (params->job_id[0]) snprintf(job, sizeof(job), "SMDDP_JOB_ID:%s", params->job_id);
         for (int i = 0; ids[i] && !job[0]; i++)
             if (getenv(ids[i])) snprintf(job, sizeof(job), "%s:%s", ids[i], getenv(ids[i]));
         if (job[0] && getenv("SLURM_STEP_ID"))

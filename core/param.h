@@ -18,6 +18,7 @@ typedef struct smddp__params {
     char master_addr[256];      /* SMDDP_MASTER_ADDR */
     int master_port;            /* SMDDP_MASTER_PORT, -1 if unset */
     char hostname[256];         /* SMDDP_HOSTNAME: node identity override */
+    char job_id[256];           /* SMDDP_JOB_ID: derives the store port of one-node jobs */
     int64_t oneshot_max;        /* SMDDP_ALLREDUCE_ONESHOT_MAX bytes */
     int algo;                   /* SMDDP_ALLREDUCE_ALGO: 0 auto, 1 oneshot, 2 twoshot */
     int64_t shm_buffer;         /* SMDDP_SHM_BUFFER_SIZE bytes per rank */

@@ -106,7 +106,13 @@ smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
     else if (params->algo == 2)
         oneshot = false;
     else
-        oneshot = bytes <= (size_t)params->oneshot_max && bytes <= smddp__shm_half_size(comm);
+        /*
+         * One-shot reads every peer's copy (P x bytes per rank), two-shot a
+         * fixed 2 x bytes plus one more synchronisation: the switch point
+         * measured for 2 ranks scales down as ranks are added.
+         */
+        oneshot = bytes * (size_t)comm->local_size / 2 <= (size_t)params->oneshot_max &&
+                  bytes <= smddp__shm_half_size(comm);
     SMDDP_TRACE("allreduce seq %llu: %zu bytes, %s", (unsigned long long)op->seq, bytes,
                 oneshot ? "oneshot" : "twoshot");
     return oneshot ? allreduce_oneshot(comm, op) : allreduce_twoshot(comm, op, -1);
