@@ -10,12 +10,17 @@ M=$B/bench/smddp_bench_mpi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-$S -p 2 -o allreduce -b 8 -e 64M -f 2 -n 20 -w 5 -c 1 -F csv --ref memcpy > "$tmp/ar2.csv"
-if [ -x "$M" ] && command -v mpirun >/dev/null; then
-    mpirun --allow-run-as-root --oversubscribe -np 2 "$M" -o allreduce -b 8 -e 64M -f 2 -n 20 -w 5 -c 1 -F csv > "$tmp/mpi2.csv"
-else
-    : > "$tmp/mpi2.csv"
-fi
+# This machine's speed drifts from minute to minute (shared hosts), so the
+# two libraries take turns, three rounds each, and each keeps its best time.
+REPS=${REPS:-3}
+for rep in $(seq "$REPS"); do
+    $S -p 2 -o allreduce -b 8 -e 64M -f 2 -n 20 -w 5 -c 1 -F csv --ref memcpy > "$tmp/ar2.$rep.csv"
+    if [ -x "$M" ] && command -v mpirun >/dev/null; then
+        mpirun --allow-run-as-root --oversubscribe -np 2 "$M" -o allreduce -b 8 -e 64M -f 2 -n 20 -w 5 -c 1 -F csv > "$tmp/mpi2.$rep.csv"
+    else
+        : > "$tmp/mpi2.$rep.csv"
+    fi
+done
 for o in allgather reduce_scatter broadcast alltoall; do
     $S -p 2 -o $o -b 64M -e 64M -n 10 -w 2 -c 1 -F csv | tail -n +2 | sed "s/^/$o,/" >> "$tmp/other2.csv"
 done
@@ -29,8 +34,19 @@ d = sys.argv[1]
 def rows(name):
     p = os.path.join(d, name)
     return list(csv.DictReader(open(p))) if os.path.getsize(p) else []
-ar, mpi = rows("ar2.csv"), {r["size"]: r for r in rows("mpi2.csv")}
-print("2 ranks, allreduce, float32 sum (time in us, algbw in GB/s):\n")
+def best(prefix):
+    out = {}
+    for name in sorted(os.listdir(d)):
+        if not name.startswith(prefix + "."):
+            continue
+        for r in rows(name):
+            k = r["size"]
+            if k not in out or float(r["time_us"]) < float(out[k]["time_us"]):
+                out[k] = r
+    return out
+arb, mpi = best("ar2"), best("mpi2")
+ar = sorted(arb.values(), key=lambda r: int(r["size"]))
+print(f"2 ranks, allreduce, float32 sum, best of {len([n for n in os.listdir(d) if n.startswith('ar2.')])} interleaved runs (time in us, algbw in GB/s):\n")
 print("| size | smddp time | smddp algbw | memcpy GB/s | algbw / memcpy | MPI time | MPI algbw | smddp / MPI |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|")
 keep = {8, 64, 512, 4096, 32768, 262144, 1 << 20, 2 << 20, 16 << 20, 64 << 20}
