@@ -269,6 +269,16 @@ void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg
     smddp__shm_abort(comm, shared);
 }
 
+void smddp__comm_adopt_peer_abort(smddp_comm_t comm)
+{
+    const char *peer_msg = NULL;
+    int peer = comm->shm ? smddp__shm_abort_flag(comm, &peer_msg) : -1;
+    if (peer < 0 || atomic_load(&comm->aborted)) return;
+    char msg[SMDDP_ERRMSG_MAX];
+    snprintf(msg, sizeof(msg), "rank %d aborted the communicator: %s", peer, peer_msg);
+    smddp__comm_abort(comm, SMDDP_ERR_ABORTED, msg);
+}
+
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
 {
     smddp__sched_stop(comm);

@@ -108,6 +108,11 @@ smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config,
                                            smddp_comm_t *out);
 smddp_status_t smddp__comm_split(smddp_comm_t comm, int color, int key, smddp_comm_t *out);
 void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg);
+/*
+ * Aborts comm here too if a peer has aborted it, so that an operation that
+ * is about to start fails as the peer's did rather than running alone.
+ */
+void smddp__comm_adopt_peer_abort(smddp_comm_t comm);
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm);
 void smddp__comm_set_last_error(smddp_comm_t comm, const char *msg);
 

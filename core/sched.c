@@ -20,7 +20,6 @@
 
 #include "comm.h"
 #include "param.h"
-#include "transport/shm.h"
 
 static long futex_private(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
 {
@@ -71,13 +70,7 @@ static void run_op(smddp_comm_t comm, smddp__op_t *op)
      * up, so the op could still "succeed" here alone (a one-shot allreduce
      * does): adopt the peer's abort before running anything.
      */
-    const char *peer_msg = NULL;
-    int peer = smddp__shm_abort_flag(comm, &peer_msg);
-    if (peer >= 0 && !atomic_load(&comm->aborted)) {
-        char msg[SMDDP_ERRMSG_MAX];
-        snprintf(msg, sizeof(msg), "rank %d aborted the communicator: %s", peer, peer_msg);
-        smddp__comm_abort(comm, SMDDP_ERR_ABORTED, msg);
-    }
+    smddp__comm_adopt_peer_abort(comm);
     if (atomic_load(&comm->aborted)) {
         char desc[256];
         smddp__op_describe(op, desc, sizeof(desc));
@@ -102,10 +95,18 @@ static void *progress_main(void *arg)
     for (;;) {
         smddp__op_t *op = comm->head;
         if (op) {
+            /*
+             * Take exec_lock while the op is still queued: a blocking call
+             * that found the queue empty before exec_lock was taken would
+             * run its later op inline, ahead of this one. Only this thread
+             * dequeues, so the head is still op afterwards.
+             */
+            pthread_mutex_unlock(&comm->lock);
+            pthread_mutex_lock(&comm->exec_lock);
+            pthread_mutex_lock(&comm->lock);
             comm->head = op->next;
             if (!comm->head) comm->tail = NULL;
             pthread_mutex_unlock(&comm->lock);
-            pthread_mutex_lock(&comm->exec_lock);
             run_op(comm, op);
             pthread_mutex_unlock(&comm->exec_lock);
             smddp__request_unref(op);

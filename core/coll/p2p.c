@@ -301,6 +301,8 @@ smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op)
                                 strerror(rc));
         }
     }
+    /* A small send would complete before the health check saw a peer's abort. */
+    smddp__comm_adopt_peer_abort(comm);
     if (atomic_load(&comm->aborted)) {
         char desc[256];
         smddp__op_describe(op, desc, sizeof(desc));
