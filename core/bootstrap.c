@@ -39,24 +39,6 @@ static uint32_t hash_str(const char *s)
     return h;
 }
 
-/* The last env communicator is gone: the next one starts a fresh store. */
-static void env_store_freed(smddp__store_ref_t *ref)
-{
-    smddp__store_ref_t *expected = ref;
-    __atomic_compare_exchange_n(&env_store, &expected, NULL, false, __ATOMIC_SEQ_CST,
-                                __ATOMIC_SEQ_CST);
-}
-
-/* Takes a reference on the shared env store unless it is already being freed. */
-static bool env_store_acquire(void)
-{
-    if (!env_store) return false;
-    int refs = atomic_load(&env_store->refs);
-    while (refs > 0)
-        if (atomic_compare_exchange_weak(&env_store->refs, &refs, refs + 1)) return true;
-    return false;
-}
-
 smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config, smddp_comm_t *out)
 {
     const smddp__params_t *params = smddp__params();
@@ -126,8 +108,12 @@ smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config, sm
 
     pthread_mutex_lock(&env_lock);
     smddp_status_t st = SMDDP_OK;
-    if (!env_store_acquire()) {
-        env_store = NULL;
+    /*
+     * One store per process, kept until exit: if rank 0 stopped its server
+     * when its last communicator went and started another for the next one,
+     * a peer could still reach the old one and lose it mid-rendezvous.
+     */
+    if (!env_store) {
         smddp__tcp_server_t *server = NULL;
         int bound = 0;
         if (rank == 0) {
@@ -158,17 +144,13 @@ smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config, sm
             goto out;
         }
         pthread_mutex_init(&ref->lock, NULL);
-        atomic_init(&ref->refs, 1); /* this call's reference */
-        ref->on_free = env_store_freed;
+        atomic_init(&ref->refs, 1); /* this module's, never dropped */
         env_store = ref;
     }
     char prefix[64];
     snprintf(prefix, sizeof(prefix), "%s/env%d", config && config->prefix ? config->prefix : "smddp",
              env_comm_count++);
-    /* The comm takes its own reference on success; this call's one goes either way. */
-    smddp__store_ref_t *ref = env_store;
-    st = smddp__comm_create(ref, rank, size, prefix, timeout_ms, out);
-    smddp__store_unref(ref);
+    st = smddp__comm_create(env_store, rank, size, prefix, timeout_ms, out);
 out:
     pthread_mutex_unlock(&env_lock);
     return st;

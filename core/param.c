@@ -107,7 +107,7 @@ static int parse_size(const char *s, int64_t *out)
 {
     char *end;
     errno = 0;
-    long long v = strtoll(s, &end, 0);
+    long long v = strtoll(s, &end, 10);
     if (errno || end == s || v < 0) return -1;
     int64_t mul = 1;
     switch (*end) {
@@ -132,7 +132,7 @@ static int parse_value(const param_row_t *row, const char *value)
     switch (row->type) {
     case P_INT: {
         errno = 0;
-        long v = strtol(value, &end, 0);
+        long v = strtol(value, &end, 10);
         if (errno || end == value || *end != '\0' || v < -2147483647L || v > 2147483647L) return -1;
         *(int *)field = (int)v;
         return 0;

@@ -243,11 +243,13 @@ static smddp_status_t check_order(smddp_comm_t comm, smddp__op_t *op)
         other.root = theirs.root;
         char odesc[256];
         smddp__op_describe(&other, odesc, sizeof(odesc));
+        char root_a[32] = "", root_b[32] = "";
+        if (op->root >= 0) snprintf(root_a, sizeof(root_a), " with root %d", op->root);
+        if (theirs.root >= 0) snprintf(root_b, sizeof(root_b), " with root %d", theirs.root);
         return smddp__error_quiet(SMDDP_ERR_MISMATCH,
-                                  "operation mismatch: rank %d issued %s (root %d) while rank %d "
-                                  "issued %s (root %d) at the same point",
-                                  comm->rank, desc, op->root, comm->local_ranks[q], odesc,
-                                  theirs.root);
+                                  "operation mismatch: rank %d issued %s%s while rank %d issued "
+                                  "%s%s at the same point",
+                                  comm->rank, desc, root_a, comm->local_ranks[q], odesc, root_b);
     }
     return SMDDP_OK;
 }

@@ -36,6 +36,7 @@
 #define SHM_MAGIC 0x736d646470736d31ULL /* "smddpsm1" */
 #define CACHELINE 128
 #define SLICE_NS (50 * 1000 * 1000LL)
+#define ABORT_WRITING 0x80000000u
 
 typedef struct shm_header {
     uint64_t magic;
@@ -300,7 +301,6 @@ void smddp__shm_teardown(smddp_comm_t comm)
     shm_ctrl_t *me = &s->ctrl[comm->local_rank];
     atomic_store(&me->left, 1);
     /* Wake anyone sleeping on this rank so they notice it left. */
-    atomic_fetch_add(&me->ctr, 0);
     futex(&me->ctr, FUTEX_WAKE, INT_MAX, NULL);
     munmap(s->base, s->len);
     free(s);
@@ -311,11 +311,14 @@ void smddp__shm_abort(smddp_comm_t comm, const char *msg)
 {
     smddp__shm_t *s = comm->shm;
     if (!s) return;
-    uint32_t expected = 0;
-    if (atomic_compare_exchange_strong(&s->hdr->abort_flag, &expected,
-                                       (uint32_t)comm->local_rank + 1)) {
+    /*
+     * Claim the flag with the "writing" bit set, write the message, then
+     * publish: readers ignore a flag whose message is still being written.
+     */
+    uint32_t expected = 0, mine = (uint32_t)comm->local_rank + 1;
+    if (atomic_compare_exchange_strong(&s->hdr->abort_flag, &expected, mine | ABORT_WRITING)) {
         snprintf(s->hdr->abort_msg, sizeof(s->hdr->abort_msg), "%s", msg);
-        atomic_thread_fence(memory_order_seq_cst);
+        atomic_store(&s->hdr->abort_flag, mine);
     }
     /* Sleepers wait on counters and ring ticks: wake them all to see the flag. */
     for (int i = 0; i < comm->local_size; i++) {
@@ -384,7 +387,7 @@ static smddp_status_t wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uin
     for (;;) {
         if (ready(s, arg)) return SMDDP_OK;
         uint32_t flag = atomic_load(&s->hdr->abort_flag);
-        if (flag) {
+        if (flag && !(flag & ABORT_WRITING)) {
             smddp__op_describe(op, desc, sizeof(desc));
             int who = (int)flag - 1;
             if (who == comm->local_rank)
@@ -406,13 +409,14 @@ static smddp_status_t wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uin
                 smddp__op_describe(op, desc, sizeof(desc));
                 return smddp__error_quiet(SMDDP_ERR_PEER_LOST,
                                           "%s failed: rank %d left (destroyed its communicator) "
-                                          "before %s",
+                                          "while this rank waited for it to %s",
                                           desc, comm->local_ranks[blame], what);
             }
             if (blame >= 0 && peer_dead(s, blame) && !ready(s, arg)) {
                 smddp__op_describe(op, desc, sizeof(desc));
                 return smddp__error_quiet(SMDDP_ERR_PEER_LOST,
-                                          "%s failed: rank %d (pid %d) died before %s", desc,
+                                          "%s failed: rank %d (pid %d) died while this rank "
+                                          "waited for it to %s", desc,
                                           comm->local_ranks[blame],
                                           (int)atomic_load(&s->ctrl[blame].pid), what);
             }
@@ -464,7 +468,7 @@ smddp_status_t smddp__shm_wait(smddp_comm_t comm, smddp__op_t *op, int lr, uint3
     smddp__shm_t *s = comm->shm;
     ctr_arg_t arg = {lr, target};
     return wait_until(comm, op, &s->ctrl[lr].ctr, &s->ctrl[lr].sleepers, ctr_ready, &arg, lr,
-                      "arrived");
+                      "arrive");
 }
 
 smddp_status_t smddp__shm_wait_all(smddp_comm_t comm, smddp__op_t *op, uint32_t target)
@@ -610,6 +614,7 @@ int smddp__shm_abort_flag(smddp_comm_t comm, const char **msg)
 {
     smddp__shm_t *s = comm->shm;
     uint32_t flag = atomic_load(&s->hdr->abort_flag);
-    if (flag && msg) *msg = s->hdr->abort_msg;
-    return flag ? comm->local_ranks[flag - 1] : -1;
+    if (!flag || (flag & ABORT_WRITING)) return -1;
+    if (msg) *msg = s->hdr->abort_msg;
+    return comm->local_ranks[flag - 1];
 }

@@ -515,19 +515,13 @@ static void test_from_env_recreate(void **state)
 }
 
 /*
- * Known bug (bootstrap.c): when every env communicator of a process is
- * destroyed, rank 0 stops its store; a rank that asks for a new communicator
- * before that happens connects to the old store, loses the connection when it
- * stops and fails with SMDDP_ERR_STORE, while rank 0 waits for it until
- * SMDDP_TIMEOUT. Skipped unless SMDDP_TEST_KNOWN_BUGS is set in the
- * environment of the test (it is unset before any rank starts).
+ * Rank 0 destroys its last env communicator after the other rank has already
+ * asked for the next one: the store must outlive communicators, or the other
+ * rank reaches a store that is about to stop and loses it mid-rendezvous.
  */
-static int known_bugs;
-
 static void test_from_env_recreate_rank0_last(void **state)
 {
     (void)state;
-    if (!known_bugs) skip();
     env_case_t c = {.style = ENV_RECREATE, .rank0_last = 1};
     c.port = free_port(0);
     harness_opts_t opts = {.timeout_s = 60, .no_comm = 1, .env = "SMDDP_TIMEOUT=5"};
@@ -651,8 +645,6 @@ int main(void)
         }
     }
     unsetenv("SMDDP_LIB_PATH");
-    known_bugs = getenv("SMDDP_TEST_KNOWN_BUGS") != NULL;
-    unsetenv("SMDDP_TEST_KNOWN_BUGS");
 
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_version),

@@ -181,9 +181,11 @@ SMDDP_API const char *smddp_status_string(smddp_status_t status);
  *
  * @param comm  a communicator to get its last error, or NULL to get the last
  *              error raised on the calling thread by any call.
- * @return a string owned by libsmddp, valid until the next failing call on
- *         that communicator (or thread); "" when there was none. Thread-safe,
- *         but the text for a communicator may change under concurrent errors.
+ * @return a string owned by libsmddp; read it right after the failing call:
+ *         a later call on that communicator or thread may replace it (a
+ *         failing one always does, a successful one may clear it). Never
+ *         NULL. Thread-safe, but the text for a communicator may change under
+ *         concurrent errors.
  */
 SMDDP_API const char *smddp_get_last_error(smddp_comm_t comm);
 
@@ -403,8 +405,11 @@ SMDDP_API smddp_status_t smddp_barrier(smddp_comm_t comm, smddp_request_t *req);
 /**
  * Sends count elements to rank peer with a tag >= 0. Messages between a pair
  * of ranks are matched in the order they were sent; the receiver's tag and
- * count must equal the sender's, else both fail with SMDDP_ERR_MISMATCH.
- * Small messages complete without waiting for the receiver.
+ * count must equal the sender's, else the receive fails with
+ * SMDDP_ERR_MISMATCH and the message is discarded (the send has completed).
+ * Sends and receives progress independently of collectives and of each
+ * other, so exchanges such as "irecv from left, isend to right" on every rank
+ * do not deadlock. Small messages complete without waiting for the receiver.
  */
 SMDDP_API smddp_status_t smddp_send(smddp_comm_t comm, const void *buf, int64_t count,
                                     smddp_dtype_t dtype, int peer, int tag,
