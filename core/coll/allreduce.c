@@ -113,8 +113,8 @@ smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
          */
         oneshot = bytes * (size_t)comm->local_size / 2 <= (size_t)params->oneshot_max &&
                   bytes <= smddp__shm_half_size(comm);
-    SMDDP_TRACE("allreduce seq %llu: %zu bytes, %s", (unsigned long long)op->seq, bytes,
-                oneshot ? "oneshot" : "twoshot");
+    SMDDP_TRACE("rank %d: allreduce seq %llu: %zu bytes, %s through shm", comm->rank,
+                (unsigned long long)op->seq, bytes, oneshot ? "one-shot" : "two-shot");
     return oneshot ? allreduce_oneshot(comm, op) : allreduce_twoshot(comm, op, -1);
 }
 

@@ -256,6 +256,12 @@ static smddp_status_t check_order(smddp_comm_t comm, smddp__op_t *op)
 
 smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op)
 {
+    if (smddp__log_level() >= SMDDP_LOG_TRACE && op->kind != SMDDP_OP_ALLREDUCE) {
+        char desc[256];
+        smddp__op_describe(op, desc, sizeof(desc));
+        SMDDP_TRACE("rank %d: %s through shm, %d local rank(s)", comm->rank, desc,
+                    comm->local_size);
+    }
     if (op->kind != SMDDP_OP_SEND && op->kind != SMDDP_OP_RECV && smddp__params()->check)
         SMDDP_CHECK(check_order(comm, op));
     switch (op->kind) {
