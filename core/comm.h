@@ -144,6 +144,13 @@ void smddp__p2p_stop(smddp_comm_t comm);
 /* Runs one operation on the calling thread (coll/coll.c). */
 smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op);
 
+/*
+ * The error for op when local rank peer_lr published a different operation
+ * (desc points at a smddp__shm_desc_t) for the same sequence number.
+ */
+smddp_status_t smddp__mismatch_error(smddp_comm_t comm, const smddp__op_t *op, int peer_lr,
+                                     const void *desc);
+
 /* Describes an op for messages: "allreduce (seq 5, 1024 x float32, sum)". */
 void smddp__op_describe(const smddp__op_t *op, char *buf, size_t cap);
 

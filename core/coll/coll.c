@@ -34,6 +34,8 @@ static smddp_status_t broadcast(smddp_comm_t comm, smddp__op_t *op)
         SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
         if (me == root) memcpy(smddp__shm_buf(comm, me, h), buf + off, n);
         uint32_t t = smddp__shm_post(comm);
+        /* The root waits too: each wait compares what the peers are running. */
+        if (me == root) SMDDP_CHECK(smddp__shm_wait_all(comm, op, t));
         if (me != root) {
             SMDDP_CHECK(smddp__shm_wait(comm, op, root, t));
             smddp__copy(buf + off, smddp__shm_buf(comm, root, h), n, stream);
@@ -58,6 +60,7 @@ static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root
         SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
         memcpy(smddp__shm_buf(comm, me, h), send + off, n);
         uint32_t t = smddp__shm_post(comm);
+        if (root >= 0 && root != me) SMDDP_CHECK(smddp__shm_wait(comm, op, root, t));
         if (root < 0 || root == me) {
             SMDDP_CHECK(smddp__shm_wait_all(comm, op, t));
             for (int q = 0; q < p; q++) {
@@ -96,6 +99,7 @@ static smddp_status_t scatter(smddp_comm_t comm, smddp__op_t *op)
             }
         }
         uint32_t t = smddp__shm_post(comm);
+        if (me == root) SMDDP_CHECK(smddp__shm_wait_all(comm, op, t));
         if (me != root) {
             SMDDP_CHECK(smddp__shm_wait(comm, op, root, t));
             memcpy(recv + off, (char *)smddp__shm_buf(comm, root, h) + (size_t)me * piece, n);
@@ -209,52 +213,75 @@ static smddp_status_t alltoall(smddp_comm_t comm, smddp__op_t *op)
     return st;
 }
 
-/* Cross-rank check of (sequence, kind, count, dtype, op, root): SMDDP_CHECK_ORDER. */
-typedef struct check_desc {
-    uint64_t seq;
-    int32_t kind;
-    int32_t dtype;
-    int32_t redop;
-    int32_t root;
-    uint64_t count;
-} check_desc_t;
-
-static smddp_status_t check_order(smddp_comm_t comm, smddp__op_t *op)
+static void make_desc(const smddp__op_t *op, smddp__shm_desc_t *d)
 {
-    check_desc_t mine = {op->seq, (int32_t)op->kind, (int32_t)op->dtype, -1, op->root, op->count};
+    memset(d, 0, sizeof(*d));
+    d->seq = op->seq;
+    d->kind = (int32_t)op->kind;
+    d->dtype = (int32_t)op->dtype;
+    d->redop = -1;
+    d->root = op->root;
+    d->count = op->count;
     if (op->kind == SMDDP_OP_ALLREDUCE || op->kind == SMDDP_OP_REDUCE ||
         op->kind == SMDDP_OP_REDUCE_SCATTER)
-        mine.redop = (int32_t)op->spec.op;
-    if (op->kind == SMDDP_OP_ALLTOALLV || op->kind == SMDDP_OP_BARRIER) mine.count = 0;
-    memcpy(smddp__shm_meta(comm, comm->local_rank, (int)(op->seq & 1)), &mine, sizeof(mine));
+        d->redop = (int32_t)op->spec.op;
+    /* alltoallv counts differ legitimately; they are checked pairwise instead. */
+    if (op->kind == SMDDP_OP_ALLTOALLV || op->kind == SMDDP_OP_BARRIER) d->count = 0;
+}
+
+smddp_status_t smddp__mismatch_error(smddp_comm_t comm, const smddp__op_t *op, int peer_lr,
+                                     const void *desc)
+{
+    smddp__shm_desc_t theirs;
+    memcpy(&theirs, desc, sizeof(theirs));
+    char mine_s[256], theirs_s[256];
+    smddp__op_describe(op, mine_s, sizeof(mine_s));
+    smddp__op_t other = {0};
+    other.kind = (smddp__op_kind_t)theirs.kind;
+    other.seq = theirs.seq;
+    other.count = theirs.count;
+    other.dtype = (smddp_dtype_t)theirs.dtype;
+    other.spec.op = theirs.redop >= 0 ? (smddp_op_t)theirs.redop : SMDDP_SUM;
+    other.root = theirs.root;
+    smddp__op_describe(&other, theirs_s, sizeof(theirs_s));
+    char root_a[32] = "", root_b[32] = "";
+    if (op->root >= 0) snprintf(root_a, sizeof(root_a), " with root %d", op->root);
+    if (theirs.root >= 0) snprintf(root_b, sizeof(root_b), " with root %d", theirs.root);
+    return smddp__error_quiet(SMDDP_ERR_MISMATCH,
+                              "operation mismatch: rank %d issued %s%s while rank %d issued %s%s "
+                              "at the same point",
+                              comm->rank, mine_s, root_a, comm->local_ranks[peer_lr], theirs_s,
+                              root_b);
+}
+
+/* SMDDP_CHECK_ORDER: one extra barrier so that every rank compares every peer's desc. */
+static smddp_status_t check_order(smddp_comm_t comm, smddp__op_t *op, const smddp__shm_desc_t *mine)
+{
     SMDDP_CHECK(smddp__shm_sync(comm, op));
     for (int q = 0; q < comm->local_size; q++) {
-        check_desc_t theirs;
+        smddp__shm_desc_t theirs;
         memcpy(&theirs, smddp__shm_meta(comm, q, (int)(op->seq & 1)), sizeof(theirs));
-        if (memcmp(&theirs, &mine, sizeof(mine)) == 0) continue;
-        char desc[256];
-        smddp__op_describe(op, desc, sizeof(desc));
-        smddp__op_t other = {0};
-        other.kind = (smddp__op_kind_t)theirs.kind;
-        other.seq = theirs.seq;
-        other.count = theirs.count;
-        other.dtype = (smddp_dtype_t)theirs.dtype;
-        other.spec.op = theirs.redop >= 0 ? (smddp_op_t)theirs.redop : SMDDP_SUM;
-        other.root = theirs.root;
-        char odesc[256];
-        smddp__op_describe(&other, odesc, sizeof(odesc));
-        char root_a[32] = "", root_b[32] = "";
-        if (op->root >= 0) snprintf(root_a, sizeof(root_a), " with root %d", op->root);
-        if (theirs.root >= 0) snprintf(root_b, sizeof(root_b), " with root %d", theirs.root);
-        return smddp__error_quiet(SMDDP_ERR_MISMATCH,
-                                  "operation mismatch: rank %d issued %s%s while rank %d issued "
-                                  "%s%s at the same point",
-                                  comm->rank, desc, root_a, comm->local_ranks[q], odesc, root_b);
+        if (memcmp(&theirs, mine, sizeof(theirs)) != 0)
+            return smddp__mismatch_error(comm, op, q, &theirs);
     }
     return SMDDP_OK;
 }
 
+static smddp_status_t execute(smddp_comm_t comm, smddp__op_t *op);
+
 smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op)
+{
+    smddp__shm_desc_t desc;
+    make_desc(op, &desc);
+    smddp__shm_op_begin(comm, &desc);
+    smddp_status_t st = SMDDP_OK;
+    if (smddp__params()->check) st = check_order(comm, op, &desc);
+    if (st == SMDDP_OK) st = execute(comm, op);
+    smddp__shm_op_end(comm);
+    return st;
+}
+
+static smddp_status_t execute(smddp_comm_t comm, smddp__op_t *op)
 {
     if (smddp__log_level() >= SMDDP_LOG_TRACE && op->kind != SMDDP_OP_ALLREDUCE) {
         char desc[256];
@@ -262,8 +289,6 @@ smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op)
         SMDDP_TRACE("rank %d: %s through shm, %d local rank(s)", comm->rank, desc,
                     comm->local_size);
     }
-    if (op->kind != SMDDP_OP_SEND && op->kind != SMDDP_OP_RECV && smddp__params()->check)
-        SMDDP_CHECK(check_order(comm, op));
     switch (op->kind) {
     case SMDDP_OP_ALLREDUCE:
         if (op->count == 0) return SMDDP_OK;

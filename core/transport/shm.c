@@ -83,6 +83,9 @@ struct smddp__shm {
     int next_half;
     int64_t spin_ns;
     int64_t yield_ns;
+    bool op_active;
+    uint32_t op_base;
+    smddp__shm_desc_t desc;
 };
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
@@ -467,9 +470,32 @@ smddp_status_t smddp__shm_wait(smddp_comm_t comm, smddp__op_t *op, int lr, uint3
 {
     smddp__shm_t *s = comm->shm;
     ctr_arg_t arg = {lr, target};
-    return wait_until(comm, op, &s->ctrl[lr].ctr, &s->ctrl[lr].sleepers, ctr_ready, &arg, lr,
-                      "arrive");
+    SMDDP_CHECK(wait_until(comm, op, &s->ctrl[lr].ctr, &s->ctrl[lr].sleepers, ctr_ready, &arg, lr,
+                           "arrive"));
+    /*
+     * The peer made a post that belongs to this op, so it published what it
+     * is running first (its counter store orders the two). A peer already
+     * past this op has moved to the other slot; only a same-seq desc counts.
+     */
+    if (s->op_active && (int32_t)(target - s->op_base) > 0) {
+        smddp__shm_desc_t theirs;
+        memcpy(&theirs, smddp__shm_meta(comm, lr, (int)(s->desc.seq & 1)), sizeof(theirs));
+        if (theirs.seq == s->desc.seq && memcmp(&theirs, &s->desc, sizeof(theirs)) != 0)
+            return smddp__mismatch_error(comm, op, lr, &theirs);
+    }
+    return SMDDP_OK;
 }
+
+void smddp__shm_op_begin(smddp_comm_t comm, const smddp__shm_desc_t *desc)
+{
+    smddp__shm_t *s = comm->shm;
+    s->desc = *desc;
+    memcpy(smddp__shm_meta(comm, comm->local_rank, (int)(desc->seq & 1)), desc, sizeof(*desc));
+    s->op_base = s->my_ctr;
+    s->op_active = true;
+}
+
+void smddp__shm_op_end(smddp_comm_t comm) { comm->shm->op_active = false; }
 
 smddp_status_t smddp__shm_wait_all(smddp_comm_t comm, smddp__op_t *op, uint32_t target)
 {

@@ -40,6 +40,29 @@ void smddp__shm_step_end(smddp_comm_t comm, int half);
 void *smddp__shm_buf(smddp_comm_t comm, int lr, int half);
 size_t smddp__shm_half_size(smddp_comm_t comm);
 
+/*
+ * What every rank publishes about the collective it is running, so that a
+ * peer running a different one (another count, dtype, op or root) is caught
+ * at the first wait instead of producing a wrong result.
+ */
+typedef struct smddp__shm_desc {
+    uint64_t seq;
+    int32_t kind;
+    int32_t dtype;
+    int32_t redop; /* -1 for ops that do not reduce */
+    int32_t root;  /* -1 for ops without a root */
+    uint64_t count;
+} smddp__shm_desc_t;
+
+/*
+ * Publishes desc in this rank's metadata slot for desc->seq; until
+ * smddp__shm_op_end, every wait for a post made during this op compares the
+ * peer's published desc for the same seq and fails with SMDDP_ERR_MISMATCH
+ * when they differ.
+ */
+void smddp__shm_op_begin(smddp_comm_t comm, const smddp__shm_desc_t *desc);
+void smddp__shm_op_end(smddp_comm_t comm);
+
 /* A small per-rank slot (512 bytes, two by parity) for metadata exchanges. */
 void *smddp__shm_meta(smddp_comm_t comm, int lr, int parity);
 #define SMDDP_SHM_META_SIZE 512

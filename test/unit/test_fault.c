@@ -464,6 +464,39 @@ static void test_mismatch_root(void **state)
     run(2, mismatch_fn, &k, "SMDDP_CHECK_ORDER=1 SMDDP_TIMEOUT=600", 0, NULL);
 }
 
+/*
+ * Without SMDDP_CHECK_ORDER, every rank still publishes what it runs and
+ * compares it at its first wait: a mismatch is an error, never a wrong result
+ * reported as success.
+ */
+static void test_mismatch_count_unchecked(void **state)
+{
+    (void)state;
+    mismatch_kind_t k = MM_COUNT;
+    run(2, mismatch_fn, &k, "SMDDP_TIMEOUT=600", 0, NULL);
+}
+
+static void test_mismatch_kind_unchecked(void **state)
+{
+    (void)state;
+    mismatch_kind_t k = MM_KIND;
+    run(2, mismatch_fn, &k, "SMDDP_TIMEOUT=600", 0, NULL);
+}
+
+static void test_mismatch_dtype_unchecked(void **state)
+{
+    (void)state;
+    mismatch_kind_t k = MM_DTYPE;
+    run(2, mismatch_fn, &k, "SMDDP_TIMEOUT=600", 0, NULL);
+}
+
+static void test_mismatch_root_unchecked(void **state)
+{
+    (void)state;
+    mismatch_kind_t k = MM_ROOT;
+    run(2, mismatch_fn, &k, "SMDDP_TIMEOUT=600", 0, NULL);
+}
+
 /* ---- smddp_comm_abort ------------------------------------------------------------ */
 
 static void abort_fn(smddp_comm_t comm, int rank, int size, void *arg)
@@ -1232,6 +1265,10 @@ int main(void)
         cmocka_unit_test(test_mismatch_kind),
         cmocka_unit_test(test_mismatch_dtype),
         cmocka_unit_test(test_mismatch_root),
+        cmocka_unit_test(test_mismatch_count_unchecked),
+        cmocka_unit_test(test_mismatch_kind_unchecked),
+        cmocka_unit_test(test_mismatch_dtype_unchecked),
+        cmocka_unit_test(test_mismatch_root_unchecked),
         cmocka_unit_test(test_abort_peer),
         cmocka_unit_test(test_abort_from_thread),
         cmocka_unit_test(test_early_destroy),
