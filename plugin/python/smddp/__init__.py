@@ -1,0 +1,113 @@
+"""smddp: libsmddp's collectives as the torch.distributed backend "smddp".
+
+Importing this package registers the backend, so that
+
+    torch.distributed.init_process_group(backend="smddp")
+
+works. After `pip install`, torch imports it by itself through the
+`torch.backends` entry point (see smddp._entry), so scripts need no
+`import smddp`.
+"""
+
+import sys
+from datetime import timedelta
+
+import torch
+
+BACKEND_NAME = "smddp"
+
+__all__ = ["BACKEND_NAME", "is_registered"]
+
+# Why the backend could not be loaded, when this import happened inside
+# torch's own import (entry-point autoload) and had to stay silent.
+_load_error = None
+
+
+def _torch_initializing() -> bool:
+    """True while `import torch` is still running (we are its autoload)."""
+    spec = getattr(sys.modules.get("torch"), "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+def _timeout_ms(timeout) -> int:
+    """Milliseconds for libsmddp's deadline; -1 lets SMDDP_TIMEOUT decide."""
+    if timeout is None:
+        return -1
+    if isinstance(timeout, timedelta):
+        ms = int(timeout.total_seconds() * 1000)
+    else:
+        ms = int(float(timeout) * 1000)
+    return ms if ms > 0 else -1
+
+
+def _create(dist_backend_opts, backend_options):
+    """torch's extended-API creator: one backend per process group.
+
+    dist_backend_opts is a torch._C._distributed_c10d._DistributedBackendOptions
+    (store: the group's PrefixStore, group_rank, group_size, timeout: timedelta,
+    group_id, global_ranks_in_group); backend_options is unused.
+    """
+    del backend_options
+    from smddp import _C
+
+    return _C.create_backend(
+        dist_backend_opts.store,
+        dist_backend_opts.group_rank,
+        dist_backend_opts.group_size,
+        _timeout_ms(dist_backend_opts.timeout),
+    )
+
+
+def is_registered() -> bool:
+    """Whether torch.distributed knows the "smddp" backend."""
+    import torch.distributed as dist
+
+    return BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {})
+
+
+def _load() -> None:
+    """Loads smddp._C, checks it matches the running torch, registers."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise ImportError(
+            "smddp needs torch.distributed, which this build of torch "
+            f"({torch.__version__}) does not have"
+        )
+    try:
+        from smddp import _C
+    except ImportError as err:
+        raise ImportError(
+            f"smddp: cannot load its compiled part smddp._C ({err}); rebuild and "
+            "reinstall smddp against the installed torch: "
+            "pip install --no-build-isolation ."
+        ) from err
+    if _C.torch_version != torch.__version__:
+        raise ImportError(
+            f"smddp._C was built against torch {_C.torch_version}, but torch "
+            f"{torch.__version__} is running; rebuild smddp against this torch: "
+            "pip install --no-build-isolation --force-reinstall ."
+        )
+    if not is_registered():
+        dist.Backend.register_backend(
+            BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"]
+        )
+
+
+# A failure to load never makes `import smddp` fail: the launcher, the config
+# and the examples live in this package and must run without the compiled
+# part (smddprun then falls back to nccl). Inside torch's own import the
+# error stays silent (smddp._entry warns); otherwise it is a warning here,
+# and smddp.dist.init_process_group raises it when smddp is asked for.
+try:
+    _load()
+except Exception as _err:  # noqa: BLE001
+    _load_error = _err
+    if not _torch_initializing():
+        import warnings
+
+        warnings.warn(f"the smddp backend is not available: {_err}", RuntimeWarning, stacklevel=2)
+
+from smddp.dist import init_process_group  # noqa: E402  (needs the names above)
+
+__all__ += ["init_process_group"]

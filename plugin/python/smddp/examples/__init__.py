@@ -1,0 +1,1 @@
+"""Runnable examples: ``python -m smddp.examples.train_ddp`` trains a DDP model."""

@@ -1,0 +1,150 @@
+"""Train a small MLP with DistributedDataParallel on synthetic data.
+
+The quick start's job and the DDP test's model: every rank builds the same
+model from ``--seed`` and draws its own deterministic batches, so two runs with
+the same arguments and world size must end with the same parameters whatever
+backend carries the gradients (that is how smddp is checked against gloo).
+
+    smddprun --nproc-per-node 2 -- python -m smddp.examples.train_ddp
+    torchrun --nproc-per-node 2 -m smddp.examples.train_ddp --backend gloo
+
+It reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (``env://``) as
+torchrun and smddprun set them; started alone it runs as a world of one.
+Rank 0 prints the loss and step time of every step, then ``final loss X``
+(the mean over ranks of the last step's loss).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m smddp.examples.train_ddp", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", default="auto", choices=("auto", "smddp", "gloo"),
+                   help="auto: follow the job's communication backend (smddp.dist); default auto")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--batch", type=int, default=64, help="samples per rank per step")
+    p.add_argument("--features", type=int, default=32)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--dump-params", metavar="FILE",
+                   help="rank 0 saves the final parameters here (torch.save of a dict)")
+    return p.parse_args(argv)
+
+
+def _single_process_defaults() -> None:
+    """Started without a launcher: a world of one on a free local port."""
+    if "RANK" in os.environ:
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
+                 ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(port))):
+        os.environ.setdefault(k, v)
+
+
+def init(backend: str) -> str:
+    """Joins the process group through env://; returns the torch backend used."""
+    import torch.distributed as dist
+
+    if backend == "gloo":
+        dist.init_process_group(backend="gloo", init_method="env://")
+        return "gloo"
+    from smddp import dist as sdist  # noqa: PLC0415 - only the smddp paths need it
+
+    kwargs = {"backend": "smddp"} if backend == "smddp" else {}
+    return sdist.init_process_group(init_method="env://", **kwargs)
+
+
+def make_model(features: int, hidden: int):
+    import torch.nn as nn
+
+    return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                         nn.ReLU(), nn.Linear(hidden, 1))
+
+
+def make_batch(torch, gen, batch: int, features: int, teacher):
+    """Inputs and the targets of a fixed random 'teacher' function, from gen."""
+    x = torch.randn(batch, features, generator=gen)
+    # Scaled so that inputs to tanh and the targets have about unit variance.
+    y = torch.tanh(x @ teacher / features**0.5).sum(dim=1, keepdim=True) / teacher.shape[1] ** 0.5
+    return x, y
+
+
+def train(args: argparse.Namespace) -> float:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+
+    torch.manual_seed(args.seed)  # same initial model on every rank
+    teacher = torch.randn(args.features, 8, generator=torch.Generator().manual_seed(args.seed))
+    model = make_model(args.features, args.hidden).to(device)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    gen = torch.Generator().manual_seed(args.seed * 1_000_003 + rank + 1)  # own data per rank
+
+    loss = torch.zeros((), device=device)
+    for step in range(1, args.steps + 1):
+        x, y = make_batch(torch, gen, args.batch, args.features, teacher)
+        x, y = x.to(device), y.to(device)
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        loss.backward()  # DDP all-reduces the gradients here
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        ms = (time.perf_counter() - start) * 1e3
+        if rank == 0:
+            print(f"step {step} loss {loss.item():.6f} time {ms:.2f} ms", flush=True)
+
+    final = loss.detach().clone()
+    dist.all_reduce(final)
+    final_loss = final.item() / world
+    if rank == 0:
+        print(f"final loss {final_loss:.6f}", flush=True)
+        if args.dump_params:
+            torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()},
+                       args.dump_params)
+    return final_loss
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    _single_process_defaults()
+    from smddp.dist import BackendUnavailable
+
+    try:
+        backend = init(args.backend)
+    except BackendUnavailable as e:
+        print(f"train_ddp: error: {e}", file=sys.stderr)
+        return 1
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        print(f"backend {backend}, world size {dist.get_world_size()}, steps {args.steps}",
+              flush=True)
+    try:
+        train(args)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

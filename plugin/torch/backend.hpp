@@ -1,0 +1,183 @@
+// The torch process-group backend "smddp": a c10d::Backend that runs every
+// collective through libsmddp's public C API (smddp/smddp.h) and nothing else.
+#pragma once
+
+#include <smddp/smddp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+namespace smddp_torch {
+
+class ProcessGroupSMDDP;
+
+// One torch-level operation: one or more libsmddp requests issued in order on
+// one communicator, the buffers they use, and the copies back into the
+// caller's tensors that must run once they succeed.
+//
+// Completion: the backend's completion thread (see ProcessGroupSMDDP) waits on
+// the requests, runs the copies back, then completes the Future and the Work.
+// It never takes the GIL, so a Future callback (DDP's comm hook) runs on that
+// thread without Python holding it up. isCompleted() is true only once that has
+// happened: a finished request whose output is still in a staging buffer is
+// not yet a completed Work.
+class WorkSMDDP : public c10d::Work {
+ public:
+  WorkSMDDP(int rank, c10d::OpType type, smddp_comm_t comm, uint64_t seq,
+            std::vector<at::Tensor> outputs);
+  ~WorkSMDDP() override;
+
+  bool isCompleted() override;
+  // timeout == 0 waits for the communicator's own deadline; otherwise the
+  // requests are waited with smddp_wait(timeout) and a DistBackendError is
+  // thrown if they are not done in time (the operation keeps running).
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  std::vector<at::Tensor> result() override;
+  uint64_t getSequencenumber() const override;
+
+ private:
+  friend class ProcessGroupSMDDP;
+
+  // Completes the Work and its Future once every request has finished: runs
+  // the copies back on success. Runs once, whichever thread calls it first.
+  void complete_once();
+  bool requests_done();
+
+  smddp_comm_t comm_;
+  uint64_t seq_;
+  std::vector<smddp_request_t> requests_;
+  std::vector<at::Tensor> outputs_;    // the Future's value
+  std::vector<at::Tensor> keepalive_;  // buffers libsmddp reads or writes
+  std::vector<std::function<void()>> finalizers_;  // copies back, in order
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::atomic<bool> claimed_{false};
+};
+
+class ProcessGroupSMDDP : public c10d::Backend {
+ public:
+  // Creates the communicator through store (collective over size ranks);
+  // timeout becomes the communicator's deadline for every wait.
+  ProcessGroupSMDDP(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    std::chrono::milliseconds timeout);
+  ~ProcessGroupSMDDP() override;
+
+  const std::string getBackendName() const override {
+    return "smddp";
+  }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputTensorLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplitSizes,
+                                               std::vector<int64_t>& inputSplitSizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override {
+    return seq_.load();
+  }
+
+  void abort() override;
+  void shutdown() override;
+
+ private:
+  c10::intrusive_ptr<WorkSMDDP> new_work(c10d::OpType type, std::vector<at::Tensor> outputs);
+  // Hands a work whose requests are all issued to the completion thread.
+  c10::intrusive_ptr<c10d::Work> enqueue(const c10::intrusive_ptr<WorkSMDDP>& work);
+  // Throws a DistBackendError for a failed issue call, after waiting for the
+  // requests the work already issued (their buffers die with the work).
+  [[noreturn]] void fail_issue(const char* fn, smddp_status_t st,
+                               const c10::intrusive_ptr<WorkSMDDP>& work);
+  void check_status(const char* fn, smddp_status_t st, const c10::intrusive_ptr<WorkSMDDP>& work);
+  void completion_loop();
+
+  // Building blocks of the collectives (they reach into WorkSMDDP's state).
+  at::Tensor stage_in(WorkSMDDP& work, const at::Tensor& t);
+  at::Tensor stage_inout(WorkSMDDP& work, const at::Tensor& t);
+  void keep(WorkSMDDP& work, const at::Tensor& t);
+  void then(WorkSMDDP& work, std::function<void()> fn);
+  void add_request(WorkSMDDP& work, smddp_request_t req);
+  c10::intrusive_ptr<c10d::Work> issue_allreduce(const c10::intrusive_ptr<WorkSMDDP>& work,
+                                                 const at::Tensor& tensor,
+                                                 const c10d::ReduceOp& rop);
+  // allgather into a list of world-size tensors through one flat buffer.
+  void issue_allgather_list(const c10::intrusive_ptr<WorkSMDDP>& work,
+                            std::vector<at::Tensor>& outs, const at::Tensor& input);
+  void issue_allgather_base(const c10::intrusive_ptr<WorkSMDDP>& work, const at::Tensor& output,
+                            const at::Tensor& input);
+  void issue_reduce_scatter_base(const c10::intrusive_ptr<WorkSMDDP>& work,
+                                 const at::Tensor& output, const at::Tensor& input,
+                                 const c10d::ReduceOp& rop);
+  void stop_completion_thread();
+
+  smddp_comm_t comm_ = nullptr;
+  std::chrono::milliseconds timeout_;
+  std::atomic<uint64_t> seq_{0};
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<c10::intrusive_ptr<WorkSMDDP>> queue_;
+  bool stopping_ = false;
+  std::thread completion_thread_;
+  std::once_flag shutdown_once_;
+};
+
+// Creates the backend for torch's extended-API registration; the store is
+// torch's per-group PrefixStore. timeout_ms < 0 takes libsmddp's default.
+c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                 int rank, int size, int64_t timeout_ms);
+
+} // namespace smddp_torch
