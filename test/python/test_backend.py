@@ -461,8 +461,9 @@ def _check_mismatch_raises(rank, world, gloo):
 
 
 def test_mismatched_counts_raise_with_check_order():
-    # Without SMDDP_CHECK_ORDER=1 libsmddp does not compare counts across
-    # ranks (see the report on issue 3); with it, both ranks raise at once.
+    # Every collective compares (seq, op, count, dtype, root) at its first
+    # wait; SMDDP_CHECK_ORDER=1 adds a barrier so that every rank compares
+    # every other before any data moves. Either way both ranks raise.
     run_ranks(_check_mismatch_raises, 2, env={"SMDDP_CHECK_ORDER": "1"})
 
 

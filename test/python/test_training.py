@@ -1,0 +1,429 @@
+"""Training through the torch backend "smddp", against gloo, and its failures.
+
+- DDP: one small MLP trained 20 steps from one seed with smddp and with gloo
+  (a gloo group of the same ranks, in the same processes) ends with the same
+  parameters, to 1e-6 relative;
+- FSDP2 (``fully_shard``) on the CPU: smddp's losses and parameters match a
+  gloo job's, when FSDP2 runs on the CPU with gloo in this torch;
+- failures: a rank SIGKILLed mid-training makes the others raise, naming it,
+  within the group's timeout; mismatched counts raise on every rank with
+  "mismatch"; a collective after a failure raises at once;
+- a DDP sub-group (``new_group``) of ranks 0 and 1 while the default group of
+  three ranks is smddp.
+
+Ranks are spawned processes initialised through TCP on 127.0.0.1 with a free
+port; the parent waits a bounded time for each rank's report and kills
+stragglers, so a hang fails a test instead of blocking the run.
+"""
+
+import io
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import re
+import signal
+import socket
+import sys
+import time
+import traceback
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+
+def _smddp_import_error():
+    try:
+        import smddp  # noqa: F401
+    except Exception as err:  # noqa: BLE001
+        return f"{type(err).__name__}: {err}"
+    stand_in = getattr(sys.modules.get("smddp"), "STAND_IN_FOR", None)
+    if stand_in:
+        return stand_in
+    try:
+        from smddp import _C  # noqa: F401
+    except Exception as err:  # noqa: BLE001
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+_IMPORT_ERROR = _smddp_import_error()
+pytestmark = pytest.mark.skipif(
+    _IMPORT_ERROR is not None,
+    reason=f"smddp with its compiled shim is not importable ({_IMPORT_ERROR}); "
+    "build it: pip install --no-build-isolation -e . -Cbuild-dir=build-py",
+)
+
+STEPS = 20
+GROUP_TIMEOUT_S = 30      # timeout of init_process_group in the passing jobs
+FAIL_TIMEOUT_S = 10       # timeout of init_process_group in the failure jobs
+JOB_TIMEOUT_S = 50        # the parent's bound on a whole job
+
+
+# ---- harness ----------------------------------------------------------------
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pack(obj):
+    """Bytes for the queue: torch's queue reducers would pass tensors as file
+    descriptors, which die with the rank that sent them."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _unpack(data):
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
+def _rank_main(fn, rank, world, port, backend, group_timeout_s, queue, args):
+    try:
+        torch.set_num_threads(1)  # 2 cores, up to 3 ranks
+        import smddp  # noqa: F401  (registers the backend)
+
+        dist.init_process_group(
+            backend=backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=group_timeout_s),
+        )
+        result = fn(rank, world, *args)
+        queue.put((rank, "result", _pack(result)))
+        dist.destroy_process_group()
+        queue.put((rank, "destroyed", None))
+    except BaseException:  # noqa: BLE001 - report everything to the parent
+        queue.put((rank, "error", traceback.format_exc()))
+
+
+def run_ranks(fn, world, backend="smddp", args=(), group_timeout_s=GROUP_TIMEOUT_S,
+              timeout=JOB_TIMEOUT_S, expect=None):
+    """Runs fn(rank, world, *args) on world spawned ranks, `backend` the default group.
+
+    expect: the ranks that must report (default: all); the others may die.
+    Fails when a rank raised, did not report its result, or did not get
+    through destroy_process_group, all within `timeout` seconds in total.
+    Returns (results, exitcodes).
+    """
+    expect = list(range(world)) if expect is None else list(expect)
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank_main,
+                         args=(fn, r, world, port, backend, group_timeout_s, queue, args))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout
+    results, destroyed, errors = {}, set(), {}
+    try:
+        while set(expect) - (destroyed | set(errors)):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                rank, kind, payload = queue.get(timeout=min(left, 1.0))
+            except queue_mod.Empty:
+                continue
+            if kind == "result":
+                results[rank] = _unpack(payload)
+            elif kind == "destroyed":
+                destroyed.add(rank)
+            else:
+                errors[rank] = payload
+    finally:
+        for p in procs:
+            p.join(timeout=max(0.1, min(5.0, deadline + 5 - time.monotonic())))
+            if p.is_alive():
+                p.kill()
+                p.join()
+    exitcodes = [p.exitcode for p in procs]
+    problems = []
+    for r in expect:
+        if r in errors:
+            problems.append(f"rank {r} raised:\n{errors[r]}")
+        elif r not in results:
+            problems.append(f"rank {r} did not report within {timeout} s")
+        elif r not in destroyed:
+            problems.append(f"rank {r} hung in destroy_process_group (killed after {timeout} s)")
+    assert not problems, "\n".join(problems) + f"\nexit codes: {exitcodes}"
+    return results, exitcodes
+
+
+# ---- the model and its data ----------------------------------------------------
+
+
+def _make_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+
+
+def _batch(step, rank):
+    g = torch.Generator().manual_seed(10_000 + 100 * step + rank)
+    return torch.randn(16, 32, generator=g), torch.randn(16, 8, generator=g)
+
+
+def _train_ddp(group, rank, steps, kill_rank=None, kill_after=None):
+    """Trains a DDP model over `group`; returns (params, losses).
+
+    kill_rank SIGKILLs itself after kill_after steps (1 s into the next one, so
+    that the others are already waiting for it); the others note the
+    time at which their last step completed in _LAST_STEP_DONE.
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(_make_model(), process_group=group)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for step in range(steps):
+        if kill_after is not None and step == kill_after and rank == kill_rank:
+            time.sleep(1.0)  # the others are already waiting in this step's allreduce
+            os.kill(os.getpid(), signal.SIGKILL)
+        x, y = _batch(step, rank)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        _LAST_STEP_DONE[0] = time.monotonic()
+    return [p.detach().clone() for p in model.module.parameters()], losses
+
+
+_LAST_STEP_DONE = [0.0]
+
+
+def _assert_params_close(got, want, what, exact=False):
+    assert len(got) == len(want), what
+    rtol, atol = (0.0, 0.0) if exact else (1e-6, 1e-7)
+    for i, (g, w) in enumerate(zip(got, want)):
+        torch.testing.assert_close(g, w, rtol=rtol, atol=atol,
+                                   msg=lambda m, i=i: f"{what}, parameter {i}: {m}")
+
+
+# ---- 1. DDP: smddp against gloo ---------------------------------------------------
+
+
+def _ddp_both(rank, world):
+    gloo = dist.new_group(backend="gloo")
+    smddp_params, smddp_losses = _train_ddp(None, rank, STEPS)  # default group: smddp
+    gloo_params, gloo_losses = _train_ddp(gloo, rank, STEPS)
+    return {"backend": dist.get_backend(), "smddp": smddp_params, "gloo": gloo_params,
+            "smddp_losses": smddp_losses, "gloo_losses": gloo_losses}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ddp_smddp_equals_gloo(world):
+    results, _ = run_ranks(_ddp_both, world)
+    for r in range(world):
+        res = results[r]
+        assert res["backend"] == "smddp"
+        _assert_params_close(res["smddp"], res["gloo"], f"rank {r}: smddp vs gloo after {STEPS} steps")
+        torch.testing.assert_close(torch.tensor(res["smddp_losses"]), torch.tensor(res["gloo_losses"]),
+                                   rtol=1e-6, atol=1e-7)
+        # DDP keeps the replicas identical: every rank ends with exactly rank 0's
+        # parameters (every rank must get the same allreduce result, bit for bit).
+        _assert_params_close(res["smddp"], results[0]["smddp"], f"smddp: rank {r} vs rank 0",
+                             exact=True)
+    # And training did something.
+    assert results[0]["smddp_losses"][-1] < results[0]["smddp_losses"][0]
+
+
+# ---- 2. FSDP2 on the CPU ------------------------------------------------------------
+
+
+def _fsdp_train(rank, world, steps):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (world,))
+    model = _make_model()
+    fully_shard(model[0], mesh=mesh)
+    fully_shard(model[2], mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for step in range(steps):
+        x, y = _batch(step, rank)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    full = [p.full_tensor().detach().clone() for p in model.parameters()]
+    return {"backend": dist.get_backend(), "losses": losses, "params": full}
+
+
+def _fsdp_with_gloo(world, steps):
+    """(None, gloo's results) when FSDP2 trains on the CPU with gloo here, else (why not, None)."""
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except Exception as err:  # noqa: BLE001
+        return f"torch {torch.__version__} has no FSDP2 fully_shard: {type(err).__name__}: {err}", None
+    try:
+        return None, run_ranks(_fsdp_train, world, backend="gloo", args=(steps,))[0]
+    except AssertionError as err:
+        return f"FSDP2 does not train on the CPU with gloo in torch {torch.__version__}: {err}", None
+
+
+def test_fsdp2_smddp_matches_gloo():
+    world, steps = 2, 5
+    why_not, gloo = _fsdp_with_gloo(world, steps)
+    if why_not is not None:
+        pytest.skip(why_not)
+    results, _ = run_ranks(_fsdp_train, world, args=(steps,))
+    for r in range(world):
+        assert results[r]["backend"] == "smddp"
+        torch.testing.assert_close(torch.tensor(results[r]["losses"]),
+                                   torch.tensor(gloo[r]["losses"]), rtol=1e-6, atol=1e-7)
+        _assert_params_close(results[r]["params"], gloo[r]["params"],
+                             f"FSDP2 rank {r}: smddp vs gloo after {steps} steps")
+
+
+# ---- 3. failures --------------------------------------------------------------------
+
+
+def _killed_mid_training(rank, world, kill_rank, kill_after):
+    """kill_rank dies after kill_after DDP steps; the others must raise."""
+    try:
+        _train_ddp(None, rank, STEPS, kill_rank=kill_rank, kill_after=kill_after)
+        return {"raised": None}
+    except RuntimeError as err:
+        raised_after = time.monotonic() - _LAST_STEP_DONE[0]
+        msg = f"{type(err).__name__}: {err}"
+    # (c) the group is aborted: the next collective raises at once.
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(4))
+        after = None
+    except RuntimeError as err:
+        after = f"{type(err).__name__}: {err}"
+    return {"raised": msg, "raised_after": raised_after,
+            "next": after, "next_after": time.monotonic() - start}
+
+
+@pytest.mark.parametrize("world,kill_rank", [(2, 1), (3, 1), (3, 0)])
+def test_rank_killed_mid_training_raises_naming_it(world, kill_rank):
+    # kill_rank 0 also takes torch's TCPStore (hosted by rank 0) down with it.
+    kill_after = 3
+    survivors = [r for r in range(world) if r != kill_rank]
+    start = time.monotonic()
+    results, exitcodes = run_ranks(_killed_mid_training, world, args=(kill_rank, kill_after),
+                                   group_timeout_s=FAIL_TIMEOUT_S, expect=survivors,
+                                   timeout=FAIL_TIMEOUT_S + 25)
+    assert exitcodes[kill_rank] == -signal.SIGKILL, exitcodes
+    for r in survivors:
+        res = results[r]
+        print(f"rank {r}: raised {res.get('raised_after', 0):.2f} s after its last step: "
+              f"{res['raised']}\n  next collective, {res.get('next_after', 0):.3f} s: {res.get('next')}")
+        assert res["raised"] is not None, f"rank {r} trained {STEPS} steps without its peer"
+        assert f"rank {kill_rank}" in res["raised"], f"rank {r}: {res['raised']}"
+        # Within the group's timeout (a little slack for a loaded 2-core machine).
+        assert res["raised_after"] < FAIL_TIMEOUT_S + 2, (r, res["raised_after"], res["raised"])
+        assert res["next"] is not None, f"rank {r}: a collective after the failure succeeded"
+        assert res["next_after"] < 2, (r, res["next_after"], res["next"])
+    assert time.monotonic() - start < FAIL_TIMEOUT_S + 25
+
+
+def _stalled_rank(rank, world, stall_rank, stall_s):
+    """stall_rank stops issuing for stall_s (> the group timeout) after 3 DDP steps."""
+    _train_ddp(None, rank, 3)
+    if rank == stall_rank:
+        time.sleep(stall_s)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(10))
+        msg = None
+    except RuntimeError as err:
+        msg = f"{type(err).__name__}: {err}"
+    return {"raised": msg, "took": time.monotonic() - start}
+
+
+def test_stalled_rank_times_out_naming_it():
+    # A rank that is alive but never arrives: the others give up after the
+    # group's timeout, naming it; the late rank then finds the group aborted.
+    world, stall_rank, stall_s = 2, 1, FAIL_TIMEOUT_S + 2
+    results, _ = run_ranks(_stalled_rank, world, args=(stall_rank, stall_s),
+                           group_timeout_s=FAIL_TIMEOUT_S, timeout=FAIL_TIMEOUT_S + 35)
+    for r in range(world):
+        res = results[r]
+        print(f"rank {r}: raised in {res['took']:.3f} s: {res['raised']}")
+        assert res["raised"] is not None, f"rank {r}: the allreduce succeeded"
+    waiter = results[1 - stall_rank]
+    assert re.search(rf"rank(\(s\))? {stall_rank}\b", waiter["raised"]), waiter["raised"]
+    assert FAIL_TIMEOUT_S - 1 < waiter["took"] < FAIL_TIMEOUT_S + 2, waiter
+    assert results[stall_rank]["took"] < 2, results[stall_rank]
+
+
+def _mismatched_counts(rank, world):
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(10 + rank))
+        msg = None
+    except RuntimeError as err:
+        msg = f"{type(err).__name__}: {err}"
+    took = time.monotonic() - start
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(4))
+        after = None
+    except RuntimeError as err:
+        after = f"{type(err).__name__}: {err}"
+    return {"raised": msg, "took": took, "next": after, "next_after": time.monotonic() - start}
+
+
+def test_mismatched_counts_raise_on_every_rank():
+    # No SMDDP_CHECK_ORDER: every collective checks its peers' (seq, op, count, ...).
+    assert "SMDDP_CHECK_ORDER" not in os.environ
+    world = 2
+    results, _ = run_ranks(_mismatched_counts, world, group_timeout_s=FAIL_TIMEOUT_S,
+                           timeout=FAIL_TIMEOUT_S + 25)
+    for r in range(world):
+        res = results[r]
+        print(f"rank {r}: raised in {res['took']:.3f} s: {res['raised']}\n"
+              f"  next collective, {res['next_after']:.3f} s: {res['next']}")
+        assert res["raised"] is not None, f"rank {r}: counts 10 and 11 did not raise"
+        assert "mismatch" in res["raised"], f"rank {r}: {res['raised']}"
+        assert res["took"] < FAIL_TIMEOUT_S, (r, res["took"])
+        assert res["next"] is not None, f"rank {r}: a collective after the mismatch succeeded"
+        assert res["next_after"] < 2, (r, res["next_after"], res["next"])
+
+
+# ---- 4. a DDP sub-group beside the default smddp group ---------------------------------
+
+
+def _ddp_subgroup(rank, world):
+    members = [0, 1]
+    sub = dist.new_group(members)                    # smddp, like the default group
+    sub_gloo = dist.new_group(members, backend="gloo")
+    out = {"backend": dist.get_backend()}
+    if rank in members:
+        out["sub_backend"] = dist.get_backend(sub)
+        out["smddp"], _ = _train_ddp(sub, rank, STEPS)
+        out["gloo"], _ = _train_ddp(sub_gloo, rank, STEPS)
+    # The default group still works with every rank, afterwards.
+    x = torch.full((5,), float(rank + 1))
+    dist.all_reduce(x)
+    out["world_sum"] = x
+    return out
+
+
+def test_ddp_on_new_group_subset():
+    world = 3
+    results, _ = run_ranks(_ddp_subgroup, world)
+    for r in range(world):
+        res = results[r]
+        assert res["backend"] == "smddp"
+        torch.testing.assert_close(res["world_sum"], torch.full((5,), 6.0), rtol=0, atol=0)
+    for r in (0, 1):
+        res = results[r]
+        assert res["sub_backend"] == "smddp"
+        _assert_params_close(res["smddp"], res["gloo"], f"sub-group rank {r}: smddp vs gloo")
+        _assert_params_close(res["smddp"], results[0]["smddp"], f"sub-group rank {r} vs rank 0",
+                             exact=True)
