@@ -71,9 +71,8 @@ static const param_row_t rows[] = {
      "local ranks outnumber cores)",
      OFF(spin), 0, NULL},
     {"SMDDP_CHECK_ORDER", P_BOOL, "0",
-     "add a barrier before every collective so that every rank compares (sequence, op, count, "
-     "dtype, root) with every other before data moves; without it each rank compares the "
-     "peers it waits for", OFF(check), 0, NULL},
+     "check (sequence, op, count, dtype, root) against every rank in a barrier before every "
+     "collective; without it each rank checks only the peers it waits for", OFF(check), 0, NULL},
     {"SMDDP_SIMD", P_ENUM, "auto", "CPU reduction kernels", OFF(simd), 0,
      "auto|scalar|avx2|avx512"},
     {"SMDDP_INLINE", P_BOOL, "1",
