@@ -1,0 +1,447 @@
+#!/usr/bin/env python3
+"""Benchmark the PyTorch backend "smddp" against gloo in one run.
+
+    python3 bench/torch_bench.py [--world 2] [--min 8] [--max 64M] [--iters N]
+                                 [--warmup W] [--out DIR] [--ddp/--no-ddp]
+                                 [--ddp-steps 20]
+
+Spawns ``--world`` ranks on this machine (TCP rendezvous on 127.0.0.1, a free
+port), each pinned to its own CPU (as mpirun does) with one torch thread. The
+default group is smddp; a gloo group of the same ranks is created beside it, so
+both backends are measured in the same processes, interleaved size by size.
+
+For allreduce (fp32 sum), all_gather_into_tensor and reduce_scatter_tensor at
+every size (``--min`` .. ``--max``, x4 steps anchored at ``--max``, plus
+``--min``, 4 KiB and 16 MiB when in range) it reports the time per op (us; the
+slowest rank's mean over the timed iterations, after a warmup and a barrier)
+and algbw/busbw with nccl-tests' factors: allreduce 2(n-1)/n,
+allgather/reduce_scatter (n-1)/n, where size is the whole gathered (resp.
+scattered) buffer. Large sizes get fewer iterations (``--time`` seconds per
+size and backend, at most ``--iters``).
+
+Outputs: a markdown table on stdout with both backends and the ratio
+(gloo time / smddp time), DIR/torch_bench.csv and DIR/torch_bench.png (busbw vs
+size, log-log; needs matplotlib). Then DDP on a communication-heavy model
+(~25M parameters: Linear(2048, 2048) layers, small batch) under smddp and gloo
+from the same seed, steps alternating between the two, mean step time without
+the first 3 steps. Last, the speed targets of issue 3 with PASS/FAIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import socket
+import sys
+import tempfile
+import time
+
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
+BACKENDS = ("smddp", "gloo")
+MIN_ITERS = 3
+
+
+# ----------------------------------------------------------------------------- args
+
+def parse_size(text: str) -> int:
+    t = text.strip().upper().rstrip("B")
+    mult = 1
+    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if t.endswith(suffix):
+            t, mult = t[:-1], m
+            break
+    return int(float(t) * mult)
+
+
+def fmt_size(n: int) -> str:
+    for suffix, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= m and n % m == 0:
+            return f"{n // m} {suffix}iB"
+    return f"{n} B"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world", type=int, default=2, help="ranks to spawn (default 2)")
+    p.add_argument("--min", type=parse_size, default=8, help="smallest size (default 8)")
+    p.add_argument("--max", type=parse_size, default=64 << 20, help="largest size (default 64M)")
+    p.add_argument("--factor", type=int, default=4, help="size step (default x4)")
+    p.add_argument("--iters", type=int, default=200,
+                   help="most timed iterations per size (fewer for large sizes; default 200)")
+    p.add_argument("--warmup", type=int, default=5, help="warmup iterations (default 5)")
+    p.add_argument("--time", type=float, default=0.3,
+                   help="target seconds of timed iterations per size and backend (default 0.3)")
+    p.add_argument("--out", default=".", help="directory for torch_bench.csv/.png (default .)")
+    p.add_argument("--ddp", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time DDP training steps (default on)")
+    p.add_argument("--ddp-steps", type=int, default=20, help="DDP steps per backend (default 20)")
+    p.add_argument("--ddp-layers", type=int, default=6, help="Linear(2048, 2048) layers (default 6)")
+    p.add_argument("--ddp-batch", type=int, default=8, help="samples per rank (default 8)")
+    p.add_argument("--no-pin", action="store_true", help="do not pin ranks to CPUs")
+    a = p.parse_args(argv)
+    if a.world < 1 or a.min < 1 or a.max < a.min or a.factor < 2:
+        p.error("need --world >= 1, 1 <= --min <= --max, --factor >= 2")
+    return a
+
+
+def sizes_for(lo: int, hi: int, factor: int) -> list[int]:
+    sizes = {lo}
+    s = hi
+    while s >= lo:
+        sizes.add(s)
+        s //= factor
+    for must in (4 << 10, 16 << 20):
+        if lo <= must <= hi:
+            sizes.add(must)
+    return sorted(sizes)
+
+
+# ----------------------------------------------------------------------------- ranks
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pin(rank: int) -> str:
+    cpus = sorted(os.sched_getaffinity(0))
+    cpu = cpus[rank % len(cpus)]
+    os.sched_setaffinity(0, {cpu})
+    return str(cpu)
+
+
+def bus_factor(coll: str, n: int) -> float:
+    if n <= 1:
+        return 1.0
+    return 2.0 * (n - 1) / n if coll == "allreduce" else (n - 1) / n
+
+
+def make_op(torch, dist, coll: str, size: int, n: int, group):
+    """Returns (op, bytes) for one collective on `size` bytes in fp32."""
+    count = max(1, size // 4)
+    if coll != "allreduce":
+        count = max(n, (count + n - 1) // n * n)    # divisible among the ranks
+    nbytes = count * 4
+    if coll == "allreduce":
+        buf = torch.zeros(count, dtype=torch.float32)
+
+        def op():
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group)
+    elif coll == "allgather":
+        inp = torch.zeros(count // n, dtype=torch.float32)
+        out = torch.empty(count, dtype=torch.float32)
+
+        def op():
+            dist.all_gather_into_tensor(out, inp, group=group)
+    else:
+        inp = torch.zeros(count, dtype=torch.float32)
+        out = torch.empty(count // n, dtype=torch.float32)
+
+        def op():
+            dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM, group=group)
+    return op, nbytes
+
+
+def check(torch, dist, groups: dict, rank: int, n: int) -> dict:
+    """Quick correctness check of each collective on each backend."""
+    res = {}
+    for be, g in groups.items():
+        try:
+            a = torch.full((1024,), float(rank + 1))
+            dist.all_reduce(a, group=g)
+            ok = bool(torch.all(a == n * (n + 1) / 2))
+            out = torch.empty(n * 4)
+            dist.all_gather_into_tensor(out, torch.full((4,), float(rank)), group=g)
+            ok &= bool(torch.equal(out, torch.arange(n).float().repeat_interleave(4)))
+            o = torch.empty(4)
+            dist.reduce_scatter_tensor(o, torch.arange(n * 4).float(), group=g)
+            ok &= bool(torch.equal(o, n * torch.arange(rank * 4, rank * 4 + 4).float()))
+            res[be] = "ok" if ok else "WRONG RESULT"
+        except Exception as e:  # noqa: BLE001
+            res[be] = f"error: {e}"
+    return res
+
+
+def time_collective(torch, dist, args, coll, size, n, group, ctl):
+    """Slowest rank's mean seconds per op, iterations, bytes; NaN on error."""
+    try:
+        op, nbytes = make_op(torch, dist, coll, size, n, group)
+        dist.barrier(group=group)
+        op()                                        # first call: lazy setup
+        t0 = time.perf_counter()
+        w = max(1, args.warmup)
+        for _ in range(w):
+            op()
+        est = (time.perf_counter() - t0) / w
+        err = 0.0
+    except Exception as e:  # noqa: BLE001
+        print(f"[rank {dist.get_rank()}] {coll} {size}: {e}", file=sys.stderr)
+        est, err, nbytes = 1.0, 1.0, max(4, size)
+    # Agree on the iteration count (and on whether anybody failed).
+    t = torch.tensor([est, err], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
+    if t[1].item() > 0:
+        return float("nan"), 0, nbytes
+    iters = int(min(args.iters, max(MIN_ITERS, args.time / max(t[0].item(), 1e-9))))
+    dist.barrier(group=group)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        op()
+    mean = (time.perf_counter() - t0) / iters
+    t = torch.tensor([mean], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
+    return t.item(), iters, nbytes
+
+
+def run_ddp(torch, dist, args, groups, ctl, rank):
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def model():
+        torch.manual_seed(0)
+        layers = []
+        for _ in range(args.ddp_layers):
+            layers += [nn.Linear(2048, 2048), nn.ReLU()]
+        return nn.Sequential(*layers)
+
+    ddps, opts = {}, {}
+    for be, g in groups.items():
+        m = DDP(model(), process_group=g)
+        ddps[be] = m
+        opts[be] = torch.optim.SGD(m.parameters(), lr=1e-3)
+    nparams = sum(p.numel() for p in ddps["smddp"].parameters())
+    gen = torch.Generator().manual_seed(1000 + rank)
+    times = {be: [] for be in groups}
+    for step in range(args.ddp_steps):
+        x = torch.randn(args.ddp_batch, 2048, generator=gen)
+        for be in groups:                       # alternate: same load for both
+            m, opt = ddps[be], opts[be]
+            dist.barrier(group=ctl)
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=False)   # keep the grads: no 100 MB re-allocation
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+            dt = time.perf_counter() - t0
+            t = torch.tensor([dt], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
+            times[be].append(t.item())
+    # Same seed, same data: the parameters must match across backends.
+    diff = max((a - b).abs().max().item() for a, b in
+               zip(ddps["smddp"].parameters(), ddps["gloo"].parameters()))
+    # Compute-only time of one step (no DDP), for the breakdown.
+    plain = model()
+    comp = []
+    for _ in range(7):
+        x = torch.randn(args.ddp_batch, 2048, generator=gen)
+        t0 = time.perf_counter()
+        plain.zero_grad(set_to_none=False)
+        plain(x).square().mean().backward()
+        comp.append(time.perf_counter() - t0)
+    t = torch.tensor([sorted(comp)[len(comp) // 2]], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
+    return {"params": nparams, "times": times, "param_maxdiff": diff, "compute_only": t.item()}
+
+
+def worker(rank: int, args, port: int, result_path: str) -> None:
+    cpu = pin(rank) if not args.no_pin else "any"
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    n = args.world
+    dist.init_process_group(backend="smddp", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=n)
+    gloo = dist.new_group(backend="gloo")
+    ctl = dist.new_group(backend="gloo")        # for agreeing on counts and results
+    groups = {"smddp": dist.group.WORLD, "gloo": gloo}
+    res = {"world": n, "cpus": {}, "rows": [], "check": check(torch, dist, groups, rank, n)}
+    cpus = [None] * n
+    dist.all_gather_object(cpus, cpu, group=ctl)
+    res["cpus"] = cpus
+    # Pre-warm both backends (first-touch, lazy setup) so the first size is not penalised.
+    for be in BACKENDS:
+        for coll in COLLECTIVES:
+            op, _ = make_op(torch, dist, coll, 4096, n, groups[be])
+            for _ in range(20):
+                op()
+    dist.barrier(group=ctl)
+    t_start = time.perf_counter()
+    for size in sizes_for(args.min, args.max, args.factor):
+        for coll in COLLECTIVES:
+            for be in BACKENDS:
+                sec, iters, nbytes = time_collective(torch, dist, args, coll, size, n,
+                                                     groups[be], ctl)
+                res["rows"].append({"backend": be, "collective": coll, "size": nbytes,
+                                    "iters": iters, "sec": sec})
+        if rank == 0:
+            print(f"  .. {fmt_size(size)} done ({time.perf_counter() - t_start:.1f} s)",
+                  file=sys.stderr, flush=True)
+    if args.ddp:
+        res["ddp"] = run_ddp(torch, dist, args, groups, ctl, rank)
+    if rank == 0:
+        with open(result_path, "w") as f:
+            json.dump(res, f)
+    dist.barrier(group=ctl)
+    dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------- report
+
+def report(args, res: dict, wall: float) -> int:
+    n = res["world"]
+    rows = res["rows"]
+    for r in rows:
+        sec = r["sec"]
+        r["time_us"] = sec * 1e6
+        r["algbw"] = r["size"] / sec / 1e9 if sec and sec == sec else float("nan")
+        r["busbw"] = r["algbw"] * bus_factor(r["collective"], n)
+    by = {(r["backend"], r["collective"], r["size"]): r for r in rows}
+
+    print(f"# torch_bench: smddp vs gloo, {n} ranks, fp32, pinned CPUs {res['cpus']}, "
+          f"torch {res.get('torch', '?')}")
+    print(f"correctness check: {res['check']}")
+    print(f"load average at start {res.get('load0')}, at end {res.get('load1')} "
+          f"({os.cpu_count()} CPUs)")
+    print()
+    for coll in COLLECTIVES:
+        name = {"allreduce": "allreduce (sum)", "allgather": "all_gather_into_tensor",
+                "reduce_scatter": "reduce_scatter_tensor (sum)"}[coll]
+        print(f"## {name}")
+        print()
+        print("| size | smddp us | smddp algbw GB/s | smddp busbw GB/s | gloo us "
+              "| gloo algbw GB/s | gloo busbw GB/s | gloo/smddp time |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        sizes = sorted({r["size"] for r in rows if r["collective"] == coll})
+        for s in sizes:
+            a, b = by.get(("smddp", coll, s)), by.get(("gloo", coll, s))
+            ratio = b["time_us"] / a["time_us"] if a and b else float("nan")
+            print(f"| {fmt_size(s)} | {a['time_us']:.1f} | {a['algbw']:.3f} | {a['busbw']:.3f} "
+                  f"| {b['time_us']:.1f} | {b['algbw']:.3f} | {b['busbw']:.3f} | {ratio:.2f}x |")
+        print()
+
+    os.makedirs(args.out, exist_ok=True)
+    csv_path = os.path.join(args.out, "torch_bench.csv")
+    with open(csv_path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["backend", "collective", "size_bytes", "iters", "time_us",
+                    "algbw_GBps", "busbw_GBps", "world"])
+        for r in rows:
+            w.writerow([r["backend"], r["collective"], r["size"], r["iters"],
+                        f"{r['time_us']:.3f}", f"{r['algbw']:.6f}", f"{r['busbw']:.6f}", n])
+    print(f"CSV: {csv_path}")
+    png_path = os.path.join(args.out, "torch_bench.png")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(9, 6))
+        styles = {"smddp": "-", "gloo": "--"}
+        marks = {"allreduce": "o", "allgather": "s", "reduce_scatter": "^"}
+        for be in BACKENDS:
+            for coll in COLLECTIVES:
+                pts = sorted((r["size"], r["busbw"]) for r in rows
+                             if r["backend"] == be and r["collective"] == coll
+                             and r["busbw"] == r["busbw"] and r["busbw"] > 0)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], styles[be],
+                            marker=marks[coll], label=f"{be} {coll}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.set_title(f"torch.distributed busbw, {n} ranks, fp32: smddp vs gloo")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(png_path, dpi=110)
+        print(f"PNG: {png_path}")
+    except ImportError:
+        print("PNG: skipped (matplotlib not installed; pip install matplotlib)")
+
+    targets = []
+
+    def ratio(coll, size):
+        a, b = by.get(("smddp", coll, size)), by.get(("gloo", coll, size))
+        if not a or not b:
+            return None
+        return b["time_us"] / a["time_us"]      # gloo time / smddp time
+
+    r16 = ratio("allreduce", 16 << 20)
+    if r16 is not None:
+        targets.append((f"allreduce 16 MiB algbw >= 5x gloo's", r16 >= 5,
+                        f"smddp algbw = {r16:.2f}x gloo's"))
+    for s in (8, 4 << 10):
+        r = ratio("allreduce", s)
+        if r is not None:
+            targets.append((f"allreduce {fmt_size(s)} latency <= 0.1x gloo's", 1 / r <= 0.1,
+                            f"smddp time = {1 / r:.3f}x gloo's "
+                            f"({by[('smddp', 'allreduce', s)]['time_us']:.1f} us vs "
+                            f"{by[('gloo', 'allreduce', s)]['time_us']:.1f} us)"))
+    if "ddp" in res:
+        d = res["ddp"]
+        skip = 3 if args.ddp_steps > 3 else 0
+        mean = {be: sum(t[skip:]) / len(t[skip:]) for be, t in d["times"].items()}
+        print()
+        print(f"## DDP: {args.ddp_layers} x Linear(2048, 2048), {d['params'] / 1e6:.1f}M params "
+              f"({d['params'] * 4 / 2**20:.0f} MiB of fp32 gradients), batch {args.ddp_batch}/rank, "
+              f"{args.ddp_steps} steps, mean without the first {skip}")
+        print()
+        print("| backend | mean step ms | min ms | max ms |")
+        print("|---|---:|---:|---:|")
+        for be in BACKENDS:
+            t = d["times"][be][skip:]
+            print(f"| {be} | {mean[be] * 1e3:.1f} | {min(t) * 1e3:.1f} | {max(t) * 1e3:.1f} |")
+        print()
+        r = mean["smddp"] / mean["gloo"]
+        print(f"DDP step time smddp/gloo = {r:.3f}; forward+backward alone (no DDP) = "
+              f"{d['compute_only'] * 1e3:.1f} ms; max |param smddp - param gloo| after "
+              f"{args.ddp_steps} steps = {d['param_maxdiff']:.3g}")
+        targets.append(("DDP step time <= 0.7x gloo's", r <= 0.7, f"smddp/gloo = {r:.3f}"))
+    print()
+    print("## Speed targets (issue 3)")
+    print()
+    fails = 0
+    for name, ok, detail in targets:
+        fails += not ok
+        print(f"- {'PASS' if ok else 'FAIL'}: {name}: {detail}")
+    print()
+    print(f"wall time {wall:.1f} s")
+    return 1 if fails else 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    if "smddp" not in dist.Backend.backend_list:
+        import smddp  # noqa: F401  (registers the backend if autoload is off)
+    t0 = time.perf_counter()
+    load0 = tuple(round(x, 2) for x in os.getloadavg())
+    port = free_port()
+    fd, result_path = tempfile.mkstemp(prefix="torch_bench.", suffix=".json")
+    os.close(fd)
+    try:
+        print(f"torch_bench: {args.world} ranks, sizes {fmt_size(args.min)}..{fmt_size(args.max)}, "
+              f"port {port}", file=sys.stderr, flush=True)
+        mp.spawn(worker, args=(args, port, result_path), nprocs=args.world, join=True)
+        with open(result_path) as f:
+            res = json.load(f)
+    finally:
+        os.unlink(result_path)
+    res["torch"] = torch.__version__
+    res["load0"] = load0
+    res["load1"] = tuple(round(x, 2) for x in os.getloadavg())
+    return report(args, res, time.perf_counter() - t0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
