@@ -207,6 +207,8 @@ SMDDP_API void smddp_set_store_error(const char *message);
  * @param store      the store table, copied; store->ctx must stay valid until
  *                   every communicator created from it (and split from those)
  *                   is destroyed, after which store->release (if set) is called.
+ *                   If this call fails, release is never called: the caller
+ *                   still owns the store.
  * @param rank       this process's rank, 0 <= rank < world_size
  * @param world_size number of ranks, >= 1
  * @param config     optional settings (NULL: defaults)
