@@ -25,27 +25,9 @@ import torch
 import torch.distributed as dist
 
 
-def _smddp_import_error():
-    try:
-        import smddp  # noqa: F401
-    except Exception as err:  # noqa: BLE001
-        return f"{type(err).__name__}: {err}"
-    stand_in = getattr(sys.modules.get("smddp"), "STAND_IN_FOR", None)
-    if stand_in:
-        return stand_in
-    try:
-        from smddp import _C  # noqa: F401
-    except Exception as err:  # noqa: BLE001
-        return f"{type(err).__name__}: {err}"
-    return None
+from smddp_support import requires_smddp
 
-
-_IMPORT_ERROR = _smddp_import_error()
-pytestmark = pytest.mark.skipif(
-    _IMPORT_ERROR is not None,
-    reason=f"smddp with its compiled shim is not importable ({_IMPORT_ERROR}); "
-    "build it: pip install --no-build-isolation -e . -Cbuild-dir=build-py",
-)
+pytestmark = requires_smddp
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]

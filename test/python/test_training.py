@@ -23,7 +23,6 @@ import queue as queue_mod
 import re
 import signal
 import socket
-import sys
 import time
 import traceback
 from datetime import timedelta
@@ -33,27 +32,9 @@ import torch
 import torch.distributed as dist
 
 
-def _smddp_import_error():
-    try:
-        import smddp  # noqa: F401
-    except Exception as err:  # noqa: BLE001
-        return f"{type(err).__name__}: {err}"
-    stand_in = getattr(sys.modules.get("smddp"), "STAND_IN_FOR", None)
-    if stand_in:
-        return stand_in
-    try:
-        from smddp import _C  # noqa: F401
-    except Exception as err:  # noqa: BLE001
-        return f"{type(err).__name__}: {err}"
-    return None
+from smddp_support import requires_smddp
 
-
-_IMPORT_ERROR = _smddp_import_error()
-pytestmark = pytest.mark.skipif(
-    _IMPORT_ERROR is not None,
-    reason=f"smddp with its compiled shim is not importable ({_IMPORT_ERROR}); "
-    "build it: pip install --no-build-isolation -e . -Cbuild-dir=build-py",
-)
+pytestmark = requires_smddp
 
 STEPS = 20
 GROUP_TIMEOUT_S = 30      # timeout of init_process_group in the passing jobs

@@ -42,7 +42,8 @@ static void apply_env(const char *env)
     smddp__params_reload();
 }
 
-smddp_comm_t harness_comm(int rank, int size, const char *prefix)
+smddp_status_t harness_try_comm(int rank, int size, const char *prefix, int64_t timeout_ms,
+                                smddp_comm_t *comm)
 {
     smddp_store_t store;
     smddp_status_t st = smddp__tcp_client_connect("127.0.0.1", harness_store_port, 30000, NULL,
@@ -50,8 +51,17 @@ smddp_comm_t harness_comm(int rank, int size, const char *prefix)
     H_CHECK(st == SMDDP_OK, "cannot reach the harness store: %s", smddp_get_last_error(NULL));
     smddp_comm_config_t cfg = SMDDP_COMM_CONFIG_INIT;
     cfg.prefix = prefix;
+    cfg.timeout_ms = timeout_ms;
+    st = smddp_comm_create(&store, rank, size, &cfg, comm);
+    /* On failure the caller keeps the store. */
+    if (st != SMDDP_OK && store.release) store.release(store.ctx);
+    return st;
+}
+
+smddp_comm_t harness_comm(int rank, int size, const char *prefix)
+{
     smddp_comm_t comm = NULL;
-    st = smddp_comm_create(&store, rank, size, &cfg, &comm);
+    smddp_status_t st = harness_try_comm(rank, size, prefix, -1, &comm);
     H_CHECK(st == SMDDP_OK, "smddp_comm_create: %s: %s", smddp_status_string(st),
             smddp_get_last_error(NULL));
     return comm;

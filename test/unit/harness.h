@@ -36,6 +36,10 @@ extern int harness_store_port;
 /* Creates a communicator of `size` ranks through the harness's store. */
 smddp_comm_t harness_comm(int rank, int size, const char *prefix);
 
+/* Like harness_comm, but returns the status (timeout_ms < 0: SMDDP_TIMEOUT). */
+smddp_status_t harness_try_comm(int rank, int size, const char *prefix, int64_t timeout_ms,
+                                smddp_comm_t *comm);
+
 /* Counts /dev/shm entries whose name starts with "smddp-". */
 int harness_shm_count(void);
 

@@ -124,23 +124,6 @@ static smddp_status_t timed_allreduce(smddp_comm_t comm, double *secs)
     return st;
 }
 
-/* Connects to the harness's store and creates a communicator; the status is returned. */
-static smddp_status_t try_comm(int rank, int size, const char *prefix, int64_t timeout_ms,
-                               smddp_comm_t *comm)
-{
-    smddp_store_t store;
-    smddp_status_t st = smddp__tcp_client_connect("127.0.0.1", harness_store_port, 30000, NULL,
-                                                  &store);
-    H_CHECK(st == SMDDP_OK, "cannot reach the harness store: %s", smddp_get_last_error(NULL));
-    smddp_comm_config_t cfg = SMDDP_COMM_CONFIG_INIT;
-    cfg.prefix = prefix;
-    cfg.timeout_ms = timeout_ms;
-    st = smddp_comm_create(&store, rank, size, &cfg, comm);
-    /* On failure the caller keeps the store. */
-    if (st != SMDDP_OK && store.release) store.release(store.ctx);
-    return st;
-}
-
 /* ---- a peer killed in the middle of a collective ------------------------------ */
 
 static void kill_rank_fn(smddp_comm_t comm, int rank, int size, void *arg)
@@ -1132,7 +1115,7 @@ static void killed_before_join_fn(smddp_comm_t unused, int rank, int size, void 
     if (rank == 1) raise(SIGKILL);
     smddp_comm_t comm = (smddp_comm_t)(uintptr_t)0x5eed;
     double t0 = now_s();
-    smddp_status_t st = try_comm(rank, size, "kbj", -1, &comm);
+    smddp_status_t st = harness_try_comm(rank, size, "kbj", -1, &comm);
     double dt = now_s() - t0;
     const char *msg = smddp_get_last_error(NULL);
     H_STATUS(st, SMDDP_ERR_TIMEOUT);
@@ -1167,7 +1150,7 @@ static void killed_in_setup_fn(smddp_comm_t unused, int rank, int size, void *ar
     }
     smddp_comm_t comm = NULL;
     double t0 = now_s();
-    smddp_status_t st = try_comm(rank, size, "kis", -1, &comm);
+    smddp_status_t st = harness_try_comm(rank, size, "kis", -1, &comm);
     double dt = now_s() - t0;
     const char *msg = smddp_get_last_error(NULL);
     H_STATUS(st, SMDDP_ERR_TIMEOUT);
@@ -1195,7 +1178,7 @@ static void shm_size_fn(smddp_comm_t unused, int rank, int size, void *arg)
     }
     smddp_comm_t comm = NULL;
     double t0 = now_s();
-    smddp_status_t st = try_comm(rank, size, "size", -1, &comm);
+    smddp_status_t st = harness_try_comm(rank, size, "size", -1, &comm);
     double dt = now_s() - t0;
     const char *msg = smddp_get_last_error(NULL);
     if (rank == 1) {
@@ -1224,7 +1207,7 @@ static void two_nodes_fn(smddp_comm_t unused, int rank, int size, void *arg)
     setenv("SMDDP_HOSTNAME", rank == 0 ? "node-a" : "node-b", 1);
     smddp__params_reload();
     smddp_comm_t comm = NULL;
-    smddp_status_t st = try_comm(rank, size, "nodes", -1, &comm);
+    smddp_status_t st = harness_try_comm(rank, size, "nodes", -1, &comm);
     const char *msg = smddp_get_last_error(NULL);
     H_STATUS(st, SMDDP_ERR_NOT_SUPPORTED);
     H_HAS(msg, "2 nodes");

@@ -1,0 +1,472 @@
+// ProcessGroupSMDDP's collectives: each checks its tensors, stages what
+// libsmddp cannot use in place (see backend.cpp), issues the non-blocking C
+// call and hands the work to the completion thread.
+#include "backend.hpp"
+#include "convert.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+namespace smddp_torch {
+
+using namespace detail;
+
+// ---- collectives ---------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::issue_allreduce(
+    const c10::intrusive_ptr<WorkSMDDP>& work, const at::Tensor& tensor,
+    const c10d::ReduceOp& rop) {
+  check_tensor(tensor, "allreduce");
+  smddp_dtype_t dt = to_smddp_dtype(tensor.scalar_type(), true);
+  SmddpOp op = to_smddp_op(rop);
+  at::Tensor buf = stage_inout(*work, tensor);
+  smddp_coll_attr_t attr = attr_for(buf, op.factor);
+  smddp_request_t req = nullptr;
+  check_status("allreduce",
+               smddp_allreduce(comm_, buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op.op,
+                               &attr, &req),
+               work);
+  add_request(*work, req);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tensor>& tensors,
+                                                            const c10d::AllreduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "smddp allreduce takes one tensor per call, got ",
+              tensors.size());
+  auto work = new_work(c10d::OpType::ALLREDUCE, tensors);
+  issue_allreduce(work, tensors[0], opts.reduceOp);
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  auto work = new_work(c10d::OpType::ALLREDUCE_COALESCED, tensors);
+  for (const auto& t : tensors) {
+    issue_allreduce(work, t, opts.reduceOp);
+  }
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::broadcast(std::vector<at::Tensor>& tensors,
+                                                            const c10d::BroadcastOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "smddp broadcast takes one tensor per call, got ",
+              tensors.size());
+  const at::Tensor& t = tensors[0];
+  check_tensor(t, "broadcast");
+  smddp_dtype_t dt = to_smddp_dtype(t.scalar_type(), false);
+  auto work = new_work(c10d::OpType::BROADCAST, tensors);
+  at::Tensor buf = stage_inout(*work, t);
+  smddp_coll_attr_t attr = attr_for(buf);
+  smddp_request_t req = nullptr;
+  check_status("broadcast",
+               smddp_broadcast(comm_, buf.data_ptr(), buf.numel(), dt,
+                               static_cast<int>(opts.rootRank), &attr, &req),
+               work);
+  add_request(*work, req);
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce(std::vector<at::Tensor>& tensors,
+                                                         const c10d::ReduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "smddp reduce takes one tensor per call, got ",
+              tensors.size());
+  const at::Tensor& t = tensors[0];
+  check_tensor(t, "reduce");
+  smddp_dtype_t dt = to_smddp_dtype(t.scalar_type(), true);
+  SmddpOp op = to_smddp_op(opts.reduceOp);
+  auto work = new_work(c10d::OpType::REDUCE, tensors);
+  at::Tensor buf = stage_inout(*work, t);
+  smddp_coll_attr_t attr = attr_for(buf, op.factor);
+  smddp_request_t req = nullptr;
+  check_status("reduce",
+               smddp_reduce(comm_, buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op.op,
+                            static_cast<int>(opts.rootRank), &attr, &req),
+               work);
+  add_request(*work, req);
+  return enqueue(work);
+}
+
+void ProcessGroupSMDDP::issue_allgather_base(const c10::intrusive_ptr<WorkSMDDP>& work,
+                                             const at::Tensor& output, const at::Tensor& input) {
+  check_tensor(input, "allgather");
+  check_tensor(output, "allgather");
+  check_same_dtype(input, output, "allgather");
+  TORCH_CHECK(output.numel() == input.numel() * size_, "smddp allgather: the output has ",
+              output.numel(), " elements; expected world size (", size_, ") x input (",
+              input.numel(), ")");
+  smddp_dtype_t dt = to_smddp_dtype(input.scalar_type(), false);
+  at::Tensor in = stage_in(*work, input);
+  at::Tensor out = stage_inout(*work, output);
+  smddp_coll_attr_t attr = attr_for(in);
+  smddp_request_t req = nullptr;
+  check_status("allgather",
+               smddp_allgather(comm_, in.data_ptr(), out.data_ptr(), in.numel(), dt, &attr, &req),
+               work);
+  add_request(*work, req);
+}
+
+void ProcessGroupSMDDP::issue_allgather_list(const c10::intrusive_ptr<WorkSMDDP>& work,
+                                             std::vector<at::Tensor>& outs,
+                                             const at::Tensor& input) {
+  check_tensor(input, "allgather");
+  TORCH_CHECK(static_cast<int>(outs.size()) == size_, "smddp allgather: the output list has ",
+              outs.size(), " tensors; expected the world size, ", size_);
+  for (const auto& o : outs) {
+    check_tensor(o, "allgather");
+    check_same_dtype(input, o, "allgather");
+    TORCH_CHECK(o.numel() == input.numel(), "smddp allgather: an output tensor has ", o.numel(),
+                " elements, the input ", input.numel());
+  }
+  at::Tensor flat = at::empty({input.numel() * size_},
+                              input.options().memory_format(at::MemoryFormat::Contiguous));
+  issue_allgather_base(work, flat, input);
+  then(*work, [flat, outs]() mutable {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      int64_t n = outs[i].numel();
+      outs[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n).view(outs[i].sizes()));
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& /*opts*/) {
+  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
+              "smddp allgather takes one input tensor and one output list per call");
+  auto work = new_work(c10d::OpType::ALLGATHER, outputs[0]);
+  issue_allgather_list(work, outputs[0], inputs[0]);
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputTensorLists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& /*opts*/) {
+  TORCH_CHECK(outputTensorLists.size() == inputs.size(), "smddp allgather_coalesced: ",
+              outputTensorLists.size(), " output lists but ", inputs.size(), " inputs");
+  std::vector<at::Tensor> all_outputs;
+  for (const auto& list : outputTensorLists) {
+    all_outputs.insert(all_outputs.end(), list.begin(), list.end());
+  }
+  auto work = new_work(c10d::OpType::ALLGATHER_COALESCED, all_outputs);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    issue_allgather_list(work, outputTensorLists[i], inputs[i]);
+  }
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& /*opts*/) {
+  auto work = new_work(c10d::OpType::_ALLGATHER_BASE, {output});
+  issue_allgather_base(work, output, input);
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& /*opts*/) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "smddp allgather_into_tensor_coalesced: ", outputs.size(), " outputs but ",
+              inputs.size(), " inputs");
+  auto work = new_work(c10d::OpType::ALLGATHER_COALESCED, outputs);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    issue_allgather_base(work, outputs[i], inputs[i]);
+  }
+  return enqueue(work);
+}
+
+void ProcessGroupSMDDP::issue_reduce_scatter_base(const c10::intrusive_ptr<WorkSMDDP>& work,
+                                                  const at::Tensor& output,
+                                                  const at::Tensor& input,
+                                                  const c10d::ReduceOp& rop) {
+  check_tensor(input, "reduce_scatter");
+  check_tensor(output, "reduce_scatter");
+  check_same_dtype(input, output, "reduce_scatter");
+  TORCH_CHECK(input.numel() == output.numel() * size_, "smddp reduce_scatter: the input has ",
+              input.numel(), " elements; expected world size (", size_, ") x output (",
+              output.numel(), ")");
+  smddp_dtype_t dt = to_smddp_dtype(input.scalar_type(), true);
+  SmddpOp op = to_smddp_op(rop);
+  at::Tensor in = stage_in(*work, input);
+  at::Tensor out = stage_inout(*work, output);
+  smddp_coll_attr_t attr = attr_for(in, op.factor);
+  smddp_request_t req = nullptr;
+  check_status("reduce_scatter",
+               smddp_reduce_scatter(comm_, in.data_ptr(), out.data_ptr(), out.numel(), dt, op.op,
+                                    &attr, &req),
+               work);
+  add_request(*work, req);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1,
+              "smddp reduce_scatter takes one output tensor and one input list per call");
+  const at::Tensor& output = outputs[0];
+  auto& ins = inputs[0];
+  TORCH_CHECK(static_cast<int>(ins.size()) == size_, "smddp reduce_scatter: the input list has ",
+              ins.size(), " tensors; expected the world size, ", size_);
+  std::vector<at::Tensor> flat_parts;
+  for (const auto& t : ins) {
+    check_tensor(t, "reduce_scatter");
+    check_same_dtype(t, output, "reduce_scatter");
+    TORCH_CHECK(t.numel() == output.numel(), "smddp reduce_scatter: an input tensor has ",
+                t.numel(), " elements, the output ", output.numel());
+    flat_parts.push_back(t.reshape({-1}));
+  }
+  auto work = new_work(c10d::OpType::REDUCE_SCATTER, outputs);
+  at::Tensor flat = at::cat(flat_parts);
+  issue_reduce_scatter_base(work, output, flat, opts.reduceOp);
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  auto work = new_work(c10d::OpType::_REDUCE_SCATTER_BASE, {output});
+  issue_reduce_scatter_base(work, output, input, opts.reduceOp);
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "smddp reduce_scatter_tensor_coalesced: ", outputs.size(), " outputs but ",
+              inputs.size(), " inputs");
+  auto work = new_work(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    issue_reduce_scatter_base(work, outputs[i], inputs[i], opts.reduceOp);
+  }
+  return enqueue(work);
+}
+
+// Element counts and displacements of an alltoall split along dim 0.
+static void split_counts(const at::Tensor& t, const std::vector<int64_t>& splits, int size,
+                         const char* which, std::vector<int64_t>& counts,
+                         std::vector<int64_t>& displs) {
+  const int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+  const int64_t row_elems = rows > 0 ? t.numel() / rows : 0;
+  counts.assign(size, 0);
+  displs.assign(size, 0);
+  if (splits.empty()) {
+    TORCH_CHECK(rows % size == 0, "smddp alltoall_base: the ", which, " has ", rows,
+                " rows, not divisible by the world size ", size, "; pass split sizes");
+    for (int i = 0; i < size; ++i) {
+      counts[i] = rows / size * row_elems;
+    }
+  } else {
+    TORCH_CHECK(static_cast<int>(splits.size()) == size, "smddp alltoall_base: ", which,
+                " split sizes ", join_sizes(splits), " must have one entry per rank (", size,
+                ")");
+    int64_t total = 0;
+    for (int i = 0; i < size; ++i) {
+      TORCH_CHECK(splits[i] >= 0, "smddp alltoall_base: negative ", which, " split size");
+      counts[i] = splits[i] * row_elems;
+      total += splits[i];
+    }
+    TORCH_CHECK(total == rows, "smddp alltoall_base: ", which, " split sizes ",
+                join_sizes(splits), " add up to ", total, ", but dim 0 of the ", which, " is ",
+                rows);
+  }
+  for (int i = 1; i < size; ++i) {
+    displs[i] = displs[i - 1] + counts[i - 1];
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplitSizes,
+    std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& /*opts*/) {
+  check_tensor(input, "alltoall_base");
+  check_tensor(output, "alltoall_base");
+  check_same_dtype(input, output, "alltoall_base");
+  smddp_dtype_t dt = to_smddp_dtype(input.scalar_type(), false);
+  std::vector<int64_t> scounts, sdispls, rcounts, rdispls;
+  split_counts(input, inputSplitSizes, size_, "input", scounts, sdispls);
+  split_counts(output, outputSplitSizes, size_, "output", rcounts, rdispls);
+  auto work = new_work(c10d::OpType::ALLTOALL_BASE, {output});
+  at::Tensor in = stage_in(*work, input);
+  at::Tensor out = stage_inout(*work, output);
+  smddp_coll_attr_t attr = attr_for(in);
+  smddp_request_t req = nullptr;
+  check_status("alltoall_base",
+               smddp_alltoallv(comm_, in.data_ptr(), scounts.data(), sdispls.data(),
+                               out.data_ptr(), rcounts.data(), rdispls.data(), dt, &attr, &req),
+               work);
+  add_request(*work, req);
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall(std::vector<at::Tensor>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const c10d::AllToAllOptions& /*opts*/) {
+  TORCH_CHECK(static_cast<int>(inputs.size()) == size_ &&
+                  static_cast<int>(outputs.size()) == size_,
+              "smddp alltoall: the input and output lists need one tensor per rank (", size_,
+              "), got ", inputs.size(), " and ", outputs.size());
+  std::vector<int64_t> scounts(size_), sdispls(size_), rcounts(size_), rdispls(size_);
+  std::vector<at::Tensor> parts;
+  for (int i = 0; i < size_; ++i) {
+    check_tensor(inputs[i], "alltoall");
+    check_tensor(outputs[i], "alltoall");
+    check_same_dtype(inputs[i], inputs[0], "alltoall");
+    check_same_dtype(outputs[i], inputs[0], "alltoall");
+    scounts[i] = inputs[i].numel();
+    rcounts[i] = outputs[i].numel();
+    if (i > 0) {
+      sdispls[i] = sdispls[i - 1] + scounts[i - 1];
+      rdispls[i] = rdispls[i - 1] + rcounts[i - 1];
+    }
+    parts.push_back(inputs[i].reshape({-1}));
+  }
+  smddp_dtype_t dt = to_smddp_dtype(inputs[0].scalar_type(), false);
+  auto work = new_work(c10d::OpType::ALLTOALL, outputs);
+  at::Tensor send = at::cat(parts);
+  at::Tensor recv = at::empty({rdispls[size_ - 1] + rcounts[size_ - 1]}, send.options());
+  keep(*work, send);
+  keep(*work, recv);
+  smddp_coll_attr_t attr = attr_for(send);
+  smddp_request_t req = nullptr;
+  check_status("alltoall",
+               smddp_alltoallv(comm_, send.data_ptr(), scounts.data(), sdispls.data(),
+                               recv.data_ptr(), rcounts.data(), rdispls.data(), dt, &attr, &req),
+               work);
+  add_request(*work, req);
+  then(*work, [recv, outputs, rcounts, rdispls]() mutable {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      outputs[i].copy_(recv.narrow(0, rdispls[i], rcounts[i]).view(outputs[i].sizes()));
+    }
+  });
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  TORCH_CHECK(inputs.size() == 1, "smddp gather takes one input tensor per call");
+  const at::Tensor& input = inputs[0];
+  check_tensor(input, "gather");
+  const int root = static_cast<int>(opts.rootRank);
+  smddp_dtype_t dt = to_smddp_dtype(input.scalar_type(), false);
+  std::vector<at::Tensor> outs;
+  if (rank_ == root) {
+    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
+                "smddp gather: the root needs one output list of world size (", size_,
+                ") tensors");
+    outs = outputs[0];
+    for (const auto& o : outs) {
+      check_tensor(o, "gather");
+      check_same_dtype(input, o, "gather");
+      TORCH_CHECK(o.numel() == input.numel(), "smddp gather: an output tensor has ", o.numel(),
+                  " elements, the input ", input.numel());
+    }
+  }
+  auto work = new_work(c10d::OpType::GATHER, outs);
+  at::Tensor in = stage_in(*work, input);
+  at::Tensor flat;
+  if (rank_ == root) {
+    flat = at::empty({input.numel() * size_}, in.options());
+    keep(*work, flat);
+  }
+  smddp_coll_attr_t attr = attr_for(in);
+  smddp_request_t req = nullptr;
+  check_status("gather",
+               smddp_gather(comm_, in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr,
+                            in.numel(), dt, root, &attr, &req),
+               work);
+  add_request(*work, req);
+  if (rank_ == root) {
+    then(*work, [flat, outs]() mutable {
+      for (size_t i = 0; i < outs.size(); ++i) {
+        int64_t n = outs[i].numel();
+        outs[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n).view(outs[i].sizes()));
+      }
+    });
+  }
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == 1, "smddp scatter takes one output tensor per call");
+  const at::Tensor& output = outputs[0];
+  check_tensor(output, "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  smddp_dtype_t dt = to_smddp_dtype(output.scalar_type(), false);
+  auto work = new_work(c10d::OpType::SCATTER, outputs);
+  at::Tensor flat;
+  if (rank_ == root) {
+    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
+                "smddp scatter: the root needs one input list of world size (", size_,
+                ") tensors");
+    std::vector<at::Tensor> parts;
+    for (const auto& t : inputs[0]) {
+      check_tensor(t, "scatter");
+      check_same_dtype(t, output, "scatter");
+      TORCH_CHECK(t.numel() == output.numel(), "smddp scatter: an input tensor has ", t.numel(),
+                  " elements, the output ", output.numel());
+      parts.push_back(t.reshape({-1}));
+    }
+    flat = at::cat(parts);
+    keep(*work, flat);
+  }
+  at::Tensor out = stage_inout(*work, output);
+  smddp_coll_attr_t attr = attr_for(out);
+  smddp_request_t req = nullptr;
+  check_status("scatter",
+               smddp_scatter(comm_, flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(),
+                             out.numel(), dt, root, &attr, &req),
+               work);
+  add_request(*work, req);
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::send(std::vector<at::Tensor>& tensors,
+                                                       int dstRank, int tag) {
+  TORCH_CHECK(tensors.size() == 1, "smddp send takes one tensor per call");
+  const at::Tensor& t = tensors[0];
+  check_tensor(t, "send");
+  smddp_dtype_t dt = to_smddp_dtype(t.scalar_type(), false);
+  auto work = new_work(c10d::OpType::SEND, tensors);
+  at::Tensor buf = stage_in(*work, t);
+  smddp_coll_attr_t attr = attr_for(buf);
+  smddp_request_t req = nullptr;
+  check_status("send",
+               smddp_send(comm_, buf.data_ptr(), buf.numel(), dt, dstRank, tag, &attr, &req),
+               work);
+  add_request(*work, req);
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::recv(std::vector<at::Tensor>& tensors,
+                                                       int srcRank, int tag) {
+  TORCH_CHECK(tensors.size() == 1, "smddp recv takes one tensor per call");
+  const at::Tensor& t = tensors[0];
+  check_tensor(t, "recv");
+  smddp_dtype_t dt = to_smddp_dtype(t.scalar_type(), false);
+  auto work = new_work(c10d::OpType::RECV, tensors);
+  at::Tensor buf = stage_inout(*work, t);
+  smddp_coll_attr_t attr = attr_for(buf);
+  smddp_request_t req = nullptr;
+  check_status("recv",
+               smddp_recv(comm_, buf.data_ptr(), buf.numel(), dt, srcRank, tag, &attr, &req),
+               work);
+  add_request(*work, req);
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::barrier(const c10d::BarrierOptions& /*opts*/) {
+  auto work = new_work(c10d::OpType::BARRIER, {});
+  smddp_request_t req = nullptr;
+  check_status("barrier", smddp_barrier(comm_, &req), work);
+  add_request(*work, req);
+  return enqueue(work);
+}
+
+
+} // namespace smddp_torch

@@ -1,0 +1,132 @@
+// Conversions and checks shared by the backend's lifecycle and its
+// collectives: torch dtypes and ReduceOps to libsmddp's, tensor checks, and
+// the error text of a failed C call.
+#include "convert.hpp"
+
+#include <sstream>
+
+#include <c10/util/Exception.h>
+
+namespace smddp_torch {
+namespace detail {
+
+const char* const kAcceptedDtypes =
+    "float32, float64, float16, bfloat16, int8, uint8, int32, int64 "
+    "(bool too for operations that do not reduce)";
+
+[[noreturn]] void throw_backend_error(const std::string& msg) {
+  C10_THROW_ERROR(DistBackendError, msg);
+}
+
+smddp_dtype_t to_smddp_dtype(at::ScalarType type, bool reduces) {
+  switch (type) {
+    case at::kFloat:
+      return SMDDP_FLOAT32;
+    case at::kDouble:
+      return SMDDP_FLOAT64;
+    case at::kHalf:
+      return SMDDP_FLOAT16;
+    case at::kBFloat16:
+      return SMDDP_BFLOAT16;
+    case at::kChar:
+      return SMDDP_INT8;
+    case at::kByte:
+      return SMDDP_UINT8;
+    case at::kInt:
+      return SMDDP_INT32;
+    case at::kLong:
+      return SMDDP_INT64;
+    case at::kBool:
+      if (!reduces) {
+        return SMDDP_UINT8;
+      }
+      break;
+    default:
+      break;
+  }
+  TORCH_CHECK(false, "smddp does not support tensors of dtype ", type,
+              reduces ? " in a reduction" : "", "; accepted: ", kAcceptedDtypes);
+}
+
+SmddpOp to_smddp_op(const c10d::ReduceOp& rop) {
+  switch (rop.op_) {
+    case c10d::ReduceOp::SUM:
+      return {SMDDP_SUM, 1.0};
+    case c10d::ReduceOp::AVG:
+      return {SMDDP_AVG, 1.0};
+    case c10d::ReduceOp::PRODUCT:
+      return {SMDDP_PROD, 1.0};
+    case c10d::ReduceOp::MIN:
+      return {SMDDP_MIN, 1.0};
+    case c10d::ReduceOp::MAX:
+      return {SMDDP_MAX, 1.0};
+    case c10d::ReduceOp::BAND:
+      return {SMDDP_BAND, 1.0};
+    case c10d::ReduceOp::BOR:
+      return {SMDDP_BOR, 1.0};
+    case c10d::ReduceOp::BXOR:
+      return {SMDDP_BXOR, 1.0};
+    case c10d::ReduceOp::PREMUL_SUM: {
+      const auto* sup = dynamic_cast<const c10d::PreMulSumSupplement*>(rop.supplement_.get());
+      TORCH_CHECK(sup != nullptr,
+                  "smddp: PREMUL_SUM without its factor; create it with "
+                  "torch.distributed._make_nccl_premul_sum(factor)");
+      double factor = sup->double_factor;
+      if (sup->tensor_factor.defined()) {
+        factor = sup->tensor_factor.to(at::kCPU).item<double>();
+      }
+      return {SMDDP_PREMUL_SUM, factor};
+    }
+    default:
+      break;
+  }
+  TORCH_CHECK(false, "smddp does not support ReduceOp ", static_cast<int>(rop.op_),
+              "; accepted: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM, BAND, BOR, BXOR");
+}
+
+void check_tensor(const at::Tensor& t, const char* fn) {
+  TORCH_CHECK(t.defined(), "smddp ", fn, ": undefined tensor");
+  TORCH_CHECK(t.layout() == at::kStrided, "smddp ", fn,
+              ": only dense (strided) tensors are supported, got layout ", t.layout());
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "smddp ", fn,
+              ": tensors on device ", t.device(), " are not supported (cpu, cuda)");
+}
+
+void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* fn) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "smddp ", fn,
+              ": input and output dtypes differ (", a.scalar_type(), " vs ", b.scalar_type(), ")");
+}
+
+smddp_coll_attr_t attr_for(const at::Tensor& t, double factor) {
+  smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+  attr.mem_type = t.is_cuda() ? SMDDP_MEM_CUDA : SMDDP_MEM_HOST;
+  attr.premul_factor = factor;
+  return attr;
+}
+
+const char* comm_error(smddp_comm_t comm) {
+  const char* msg = smddp_get_last_error(comm);
+  return (msg != nullptr && msg[0] != '\0') ? msg : "(no message from libsmddp)";
+}
+
+// The error of a call that just failed on this thread.
+std::string issue_error(smddp_comm_t comm) {
+  const char* msg = smddp_get_last_error(nullptr);
+  if (msg != nullptr && msg[0] != '\0') {
+    return msg;
+  }
+  return comm_error(comm);
+}
+
+std::string join_sizes(const std::vector<int64_t>& v) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    out << (i ? ", " : "") << v[i];
+  }
+  out << "]";
+  return out.str();
+}
+
+} // namespace detail
+} // namespace smddp_torch

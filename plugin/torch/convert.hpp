@@ -1,0 +1,45 @@
+// Conversions and checks shared by backend.cpp and collectives.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include "smddp/smddp.h"
+
+namespace smddp_torch {
+namespace detail {
+
+extern const char* const kAcceptedDtypes;
+
+// Throws torch.distributed.DistBackendError carrying msg.
+[[noreturn]] void throw_backend_error(const std::string& msg);
+
+// libsmddp's dtype for a tensor dtype; raises naming the accepted ones.
+smddp_dtype_t to_smddp_dtype(at::ScalarType type, bool reduces);
+
+struct SmddpOp {
+  smddp_op_t op;
+  double factor;
+};
+
+// libsmddp's op (and PREMUL_SUM's factor) for a torch ReduceOp.
+SmddpOp to_smddp_op(const c10d::ReduceOp& rop);
+
+void check_tensor(const at::Tensor& t, const char* fn);
+void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* fn);
+
+// Collective attributes for a tensor's memory (host or CUDA).
+smddp_coll_attr_t attr_for(const at::Tensor& t, double factor = 1.0);
+
+// The communicator's last error, never empty.
+const char* comm_error(smddp_comm_t comm);
+// The error of a call that just failed on this thread.
+std::string issue_error(smddp_comm_t comm);
+
+std::string join_sizes(const std::vector<int64_t>& v);
+
+} // namespace detail
+} // namespace smddp_torch
