@@ -262,6 +262,10 @@ static smddp__op_t *make_op(smddp_comm_t comm, smddp__op_kind_t kind, const void
     op->spec.dtype = dtype;
     op->spec.op = redop;
     op->spec.premul = attr ? attr->premul_factor : 1.0;
+    if (attr) {
+        op->on_complete = attr->on_complete;
+        op->on_complete_arg = attr->on_complete_arg;
+    }
     op->root = root;
     return op;
 }
@@ -446,12 +450,13 @@ smddp_status_t smddp_scatter(smddp_comm_t comm, const void *sendbuf, void *recvb
                               SMDDP_SUM, root, attr), req);
 }
 
-smddp_status_t smddp_barrier(smddp_comm_t comm, smddp_request_t *req)
+smddp_status_t smddp_barrier(smddp_comm_t comm, const smddp_coll_attr_t *attr,
+                             smddp_request_t *req)
 {
     coll_check_t c = {"smddp_barrier", comm};
-    SMDDP_CHECK(check_common(&c, NULL));
+    SMDDP_CHECK(check_common(&c, attr));
     return submit(&c, make_op(comm, SMDDP_OP_BARRIER, NULL, NULL, 0, SMDDP_UINT8, SMDDP_SUM, -1,
-                              NULL), req);
+                              attr), req);
 }
 
 static smddp_status_t p2p(const coll_check_t *c, smddp__op_kind_t kind, const void *sbuf,

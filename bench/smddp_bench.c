@@ -272,7 +272,7 @@ static void run_op(const bench_args_t *a, const void *send, void *recv, size_t c
     check_call(st, op_names[a->op]);
 }
 
-static void barrier(void) { check_call(smddp_barrier(comm, NULL), "barrier"); }
+static void barrier(void) { check_call(smddp_barrier(comm, NULL, NULL), "barrier"); }
 static double max_over_ranks(double v)
 {
     double out;

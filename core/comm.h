@@ -43,10 +43,15 @@ typedef struct smddp_request {
     int64_t *v;              /* alltoallv: sendcounts, sdispls, recvcounts, rdispls (4 * size), owned */
     int64_t deadline_ns;     /* set when execution starts */
 
+    smddp_complete_fn on_complete; /* optional, called before done is set */
+    void *on_complete_arg;
+
     struct smddp_comm *comm;
     struct smddp_request *next;
+    bool queued;             /* in comm's queue, not started (guarded by comm->lock) */
     atomic_int refs;         /* the caller's handle and the engine's */
     _Atomic uint32_t done;   /* 0 while running, 1 when finished (futex word) */
+    _Atomic uint32_t sleepers; /* threads in FUTEX_WAIT on done */
     smddp_status_t status;
     char errmsg[SMDDP_ERRMSG_MAX];
 } smddp__op_t;
@@ -134,7 +139,10 @@ smddp_status_t smddp__request_wait(smddp__op_t *op, int64_t timeout_ms);
 smddp_status_t smddp__request_test(smddp__op_t *op);
 void smddp__request_unref(smddp__op_t *op);
 
-/* Marks op finished with st (message from the thread's last error) and wakes waiters. */
+/*
+ * Marks op finished with st (message from the thread's last error): runs its
+ * callback, then sets done and wakes waiters. The caller must hold no lock.
+ */
 void smddp__op_complete(smddp__op_t *op, smddp_status_t st);
 
 /* send/recv engine (coll/p2p.c). */

@@ -67,16 +67,21 @@ static const param_row_t rows[] = {
      "shared-memory ring per ordered pair of local ranks for send/recv (bytes)", OFF(p2p_buffer),
      0, NULL},
     {"SMDDP_SPIN", P_INT, "-1",
-     "microseconds to busy-wait before yielding, then sleeping on a futex (-1: 5, or 1 when "
+     "microseconds to busy-wait before yielding, then sleeping on a futex (-1: 50, or 1 when "
      "local ranks outnumber cores)",
      OFF(spin), 0, NULL},
+    {"SMDDP_YIELD", P_INT, "-1",
+     "microseconds to yield the core after spinning, before sleeping on a futex (-1: 2000, or "
+     "200 when local ranks outnumber cores)",
+     OFF(yield), 0, NULL},
     {"SMDDP_CHECK_ORDER", P_BOOL, "0",
      "check (sequence, op, count, dtype, root) against every rank in a barrier before every "
      "collective; without it each rank checks only the peers it waits for", OFF(check), 0, NULL},
     {"SMDDP_SIMD", P_ENUM, "auto", "CPU reduction kernels", OFF(simd), 0,
      "auto|scalar|avx2|avx512"},
     {"SMDDP_INLINE", P_BOOL, "1",
-     "let a blocking call on an idle communicator run on the caller's thread", OFF(inline_exec),
+     "let a blocking call on an idle communicator, and smddp_wait() on a request not started "
+     "yet, run the operation on the caller's thread", OFF(inline_exec),
      0, NULL},
     {"SMDDP_COMMUNICATION_BACKEND", P_ENUM, "auto",
      "auto: smddp's collectives; nccl: CUDA collectives through NCCL (set by smddprun)",

@@ -25,6 +25,7 @@ typedef struct smddp__params {
     int64_t stream_min;         /* SMDDP_STREAM_MIN: results this large bypass the caches */
     int64_t p2p_buffer;         /* SMDDP_P2P_BUFFER_SIZE bytes per rank pair */
     int spin;                   /* SMDDP_SPIN microseconds of busy-waiting */
+    int yield;                  /* SMDDP_YIELD microseconds of sched_yield after spinning */
     int check;                  /* SMDDP_CHECK_ORDER: cross-rank op check */
     int simd;                   /* SMDDP_SIMD: 0 auto, 1 scalar, 2 avx2, 3 avx512 */
     int inline_exec;            /* SMDDP_INLINE: blocking ops run on caller */

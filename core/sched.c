@@ -3,11 +3,16 @@
  * thread that runs them in issue order.
  *
  * Whoever executes operations holds exec_lock: normally the progress thread,
- * but a blocking call (req == NULL) on an idle communicator runs its operation
- * on the caller's thread instead, which saves the two thread hand-offs that
- * dominate small-message latency. Because the inline path only runs when the
- * queue is empty and it takes exec_lock before releasing the queue lock,
- * issue order is preserved.
+ * but two shortcuts run them on a caller's thread instead and so save the
+ * thread hand-offs that dominate small-message latency:
+ *  - a blocking call (req == NULL) on an idle communicator runs its operation
+ *    at once; the queue is empty and exec_lock is taken before the queue lock
+ *    is released, so issue order holds;
+ *  - smddp_wait() on a request that is still queued runs the queue's head
+ *    operations, in order, until its own has run.
+ * An operation is taken off the queue only by a thread holding exec_lock, so
+ * operations always run one at a time, in issue order. Completion (callback,
+ * done flag, wake-up) happens after exec_lock is released.
  */
 #include <errno.h>
 #include <limits.h>
@@ -57,14 +62,14 @@ void smddp__op_complete(smddp__op_t *op, smddp_status_t st)
         snprintf(op->errmsg, sizeof(op->errmsg), "%s", smddp__last_error());
         smddp__comm_set_last_error(op->comm, op->errmsg);
     }
+    if (op->on_complete) op->on_complete(op->on_complete_arg, st);
     atomic_store(&op->done, 1);
-    futex_private(&op->done, FUTEX_WAKE, INT_MAX, NULL);
+    if (atomic_load(&op->sleepers) > 0) futex_private(&op->done, FUTEX_WAKE, INT_MAX, NULL);
 }
 
-/* Runs one op; failures abort the communicator so later ops fail fast. */
-static void run_op(smddp_comm_t comm, smddp__op_t *op)
+/* Executes one op (exec_lock held); failures abort the communicator so later ops fail fast. */
+static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op)
 {
-    smddp_status_t st;
     /*
      * A peer that aborted may have posted its part of this op before it gave
      * up, so the op could still "succeed" here alone (a one-shot allreduce
@@ -74,50 +79,56 @@ static void run_op(smddp_comm_t comm, smddp__op_t *op)
     if (atomic_load(&comm->aborted)) {
         char desc[256];
         smddp__op_describe(op, desc, sizeof(desc));
-        st = smddp__error_quiet(SMDDP_ERR_ABORTED, "%s not run: the communicator was aborted: %s",
-                                desc, comm->abort_msg);
-    } else {
-        op->deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
-        smddp__clear_error();
-        st = smddp__op_execute(comm, op);
-        if (st < 0 && st != SMDDP_ERR_INVALID_ARGUMENT) {
-            SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
-            smddp__comm_abort(comm, st, smddp__last_error());
-        }
+        return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s not run: the communicator was aborted: %s",
+                                  desc, comm->abort_msg);
     }
+    op->deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
+    smddp__clear_error();
+    smddp_status_t st = smddp__op_execute(comm, op);
+    if (st < 0 && st != SMDDP_ERR_INVALID_ARGUMENT) {
+        SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
+        smddp__comm_abort(comm, st, smddp__last_error());
+    }
+    return st;
+}
+
+/*
+ * Takes the queue's head and runs it to completion on this thread; false if
+ * the queue was empty. Blocks while another thread runs an op.
+ */
+static bool run_head(smddp_comm_t comm)
+{
+    pthread_mutex_lock(&comm->exec_lock);
+    pthread_mutex_lock(&comm->lock);
+    smddp__op_t *op = comm->head;
+    if (op) {
+        comm->head = op->next;
+        if (!comm->head) comm->tail = NULL;
+        op->queued = false;
+    }
+    pthread_mutex_unlock(&comm->lock);
+    if (!op) {
+        pthread_mutex_unlock(&comm->exec_lock);
+        return false;
+    }
+    smddp_status_t st = run_op(comm, op);
+    pthread_mutex_unlock(&comm->exec_lock);
     smddp__op_complete(op, st);
+    smddp__request_unref(op); /* the engine's reference */
+    return true;
 }
 
 static void *progress_main(void *arg)
 {
     smddp_comm_t comm = arg;
-    pthread_mutex_lock(&comm->lock);
     for (;;) {
-        smddp__op_t *op = comm->head;
-        if (op) {
-            /*
-             * Take exec_lock while the op is still queued: a blocking call
-             * that found the queue empty before exec_lock was taken would
-             * run its later op inline, ahead of this one. Only this thread
-             * dequeues, so the head is still op afterwards.
-             */
-            pthread_mutex_unlock(&comm->lock);
-            pthread_mutex_lock(&comm->exec_lock);
-            pthread_mutex_lock(&comm->lock);
-            comm->head = op->next;
-            if (!comm->head) comm->tail = NULL;
-            pthread_mutex_unlock(&comm->lock);
-            run_op(comm, op);
-            pthread_mutex_unlock(&comm->exec_lock);
-            smddp__request_unref(op);
-            pthread_mutex_lock(&comm->lock);
-            continue;
-        }
-        if (comm->stopping) break;
-        pthread_cond_wait(&comm->cond, &comm->lock);
+        if (run_head(comm)) continue;
+        pthread_mutex_lock(&comm->lock);
+        while (!comm->head && !comm->stopping) pthread_cond_wait(&comm->cond, &comm->lock);
+        bool stop = !comm->head && comm->stopping;
+        pthread_mutex_unlock(&comm->lock);
+        if (stop) return NULL;
     }
-    pthread_mutex_unlock(&comm->lock);
-    return NULL;
 }
 
 smddp_status_t smddp__sched_start(smddp_comm_t comm)
@@ -166,15 +177,16 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
     if (!req && smddp__params()->inline_exec && !comm->head &&
         pthread_mutex_trylock(&comm->exec_lock) == 0) {
         pthread_mutex_unlock(&comm->lock);
-        run_op(comm, op);
+        smddp_status_t st = run_op(comm, op);
         pthread_mutex_unlock(&comm->exec_lock);
-        smddp_status_t st = op->status;
+        smddp__op_complete(op, st);
         if (st < 0) smddp__error_quiet(st, "%s", op->errmsg);
         smddp__request_unref(op);
         return st;
     }
 
     atomic_fetch_add(&op->refs, 1); /* the engine's reference */
+    op->queued = true;
     if (comm->tail)
         comm->tail->next = op;
     else
@@ -199,8 +211,26 @@ smddp_status_t smddp__request_test(smddp__op_t *op)
     return op->status;
 }
 
+/* True while op sits in its communicator's queue, not started. */
+static bool still_queued(smddp__op_t *op)
+{
+    if (op->kind == SMDDP_OP_SEND || op->kind == SMDDP_OP_RECV) return false;
+    pthread_mutex_lock(&op->comm->lock);
+    bool queued = op->queued;
+    pthread_mutex_unlock(&op->comm->lock);
+    return queued;
+}
+
 smddp_status_t smddp__request_wait(smddp__op_t *op, int64_t timeout_ms)
 {
+    /*
+     * An unbounded wait runs the queue up to op itself rather than waiting
+     * for the progress thread to be scheduled; a bounded one cannot, since a
+     * running collective cannot be left at the caller's deadline.
+     */
+    if (timeout_ms < 0 && smddp__params()->inline_exec)
+        while (!atomic_load(&op->done) && still_queued(op) && run_head(op->comm)) {
+        }
     int64_t deadline = timeout_ms >= 0 ? smddp__now_ns() + timeout_ms * 1000000LL : 0;
     for (int i = 0; i < 2000 && !atomic_load(&op->done); i++) __builtin_ia32_pause();
     while (!atomic_load(&op->done)) {
@@ -210,7 +240,9 @@ smddp_status_t smddp__request_wait(smddp__op_t *op, int64_t timeout_ms)
             if (left <= 0) return SMDDP_IN_PROGRESS;
             if (left < 100 * 1000 * 1000) ts.tv_nsec = left;
         }
-        futex_private(&op->done, FUTEX_WAIT, 0, &ts);
+        atomic_fetch_add(&op->sleepers, 1);
+        if (!atomic_load(&op->done)) futex_private(&op->done, FUTEX_WAIT, 0, &ts);
+        atomic_fetch_sub(&op->sleepers, 1);
     }
     return smddp__request_test(op);
 }

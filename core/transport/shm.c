@@ -37,6 +37,7 @@
 #define CACHELINE 128
 #define SLICE_NS (50 * 1000 * 1000LL)
 #define ABORT_WRITING 0x80000000u
+#define AFFINITY_WORDS 12
 
 typedef struct shm_header {
     uint64_t magic;
@@ -50,7 +51,8 @@ typedef struct shm_ctrl {
     _Atomic uint32_t sleepers;
     _Atomic int32_t pid;
     _Atomic uint32_t left; /* set when the rank destroyed its communicator */
-    char pad[CACHELINE - 16];
+    uint64_t cpus[AFFINITY_WORDS]; /* the rank's CPU affinity, CPUs 0-767 */
+    char pad[CACHELINE - 16 - AFFINITY_WORDS * 8];
 } shm_ctrl_t;
 
 /* One direction of a pair ring: a byte count and a futex tick, each on its own line. */
@@ -139,12 +141,49 @@ static size_t total_size(smddp__shm_t *s, int nranks)
     return total;
 }
 
-static int online_cpus(void)
+/* Records this rank's CPU affinity in its control line (all CPUs if unknown). */
+static void publish_affinity(shm_ctrl_t *ctrl)
 {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    bool known = sched_getaffinity(0, sizeof(set), &set) == 0;
+    for (int w = 0; w < AFFINITY_WORDS; w++) {
+        uint64_t bits = 0;
+        for (int b = 0; b < 64; b++)
+            if (!known || CPU_ISSET(w * 64 + b, &set)) bits |= 1ULL << b;
+        ctrl->cpus[w] = bits;
+    }
+}
+
+/*
+ * How long waits spin and yield. The local ranks share cores when the union
+ * of their affinities has fewer CPUs than there are ranks (ranks pinned one
+ * per core, as mpirun and the benchmarks do, do not).
+ */
+static void set_wait_policy(smddp__shm_t *s, int p)
+{
+    int cpus = 0;
+    for (int w = 0; w < AFFINITY_WORDS; w++) {
+        uint64_t bits = 0;
+        for (int lr = 0; lr < p; lr++) bits |= s->ctrl[lr].cpus[w];
+        cpus += __builtin_popcountll(bits);
+    }
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (online > 0 && cpus > online) cpus = (int)online;
+    bool oversubscribed = p > cpus;
+    /*
+     * Spin for about the skew between ranks that call in from Python (tens
+     * of microseconds) when every rank has a core; barely when ranks share
+     * cores, since a peer that is not running cannot arrive and may be
+     * waiting for this very core. Yielding next is nearly as fast as spinning
+     * when cores are free (the call returns at once) and hands the core over
+     * when they are not. Sleeping on the futex comes last, since a wake-up
+     * costs tens of microseconds.
+     */
+    const smddp__params_t *params = smddp__params();
+    s->spin_ns = params->spin >= 0 ? (int64_t)params->spin * 1000
+                                   : (oversubscribed ? 1000 : 50 * 1000);
+    s->yield_ns = params->yield >= 0 ? (int64_t)params->yield * 1000
+                                     : (oversubscribed ? 200 * 1000 : 2 * 1000 * 1000);
 }
 
 static smddp_status_t random_name(char *out, size_t cap)
@@ -192,20 +231,9 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
     s->ring_size = align_up((size_t)SMDDP_MAX(params->p2p_buffer, 4096), 4096);
     s->len = total_size(s, p);
 
-    int cpus = online_cpus();
-    bool oversubscribed = p > cpus;
-    /*
-     * Spin only briefly: a peer that is not running cannot arrive, and on a
-     * busy machine it may be waiting for this very core. Yielding next is
-     * nearly as fast as spinning when cores are free (the call returns at
-     * once) and hands the core over when they are not. Sleeping on the futex
-     * comes last, since a wake-up costs tens of microseconds.
-     */
-    if (params->spin >= 0)
-        s->spin_ns = (int64_t)params->spin * 1000;
-    else
-        s->spin_ns = oversubscribed ? 1000 : 5 * 1000;
-    s->yield_ns = oversubscribed ? 200 * 1000 : 2 * 1000 * 1000;
+    /* Until every rank's affinity is known (after the setup barrier): wait politely. */
+    s->spin_ns = 1000;
+    s->yield_ns = 200 * 1000;
 
     snprintf(key, sizeof(key), "%s/shm/%d", comm->prefix, comm->node);
     if (comm->local_rank == 0) {
@@ -263,6 +291,7 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
     close(fd);
     fd = -1;
     atomic_store(&s->ctrl[comm->local_rank].pid, (int32_t)getpid());
+    publish_affinity(&s->ctrl[comm->local_rank]);
 
     /*
      * A barrier on the segment itself proves every local rank has mapped it;
@@ -283,8 +312,11 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
     shm_unlink(s->name);
     free(val);
     comm->shm = s;
-    SMDDP_INFO("rank %d: shared memory %s mapped, %zu bytes (%d local ranks, %zu-byte halves)",
-               comm->rank, s->name, s->len, p, s->half);
+    set_wait_policy(s, p);
+    SMDDP_INFO("rank %d: shared memory %s mapped, %zu bytes (%d local ranks, %zu-byte halves); "
+               "waits spin %lld us, then yield %lld us",
+               comm->rank, s->name, s->len, p, s->half, (long long)(s->spin_ns / 1000),
+               (long long)(s->yield_ns / 1000));
     return SMDDP_OK;
 
 fail:

@@ -3,13 +3,9 @@
 // contiguous, or a list that must be one buffer) are staged through a
 // contiguous temporary and copied back when the operation has succeeded.
 //
-// Completion: each backend owns one completion thread that takes works in
-// issue order, waits on their requests with smddp_wait() (bounded by the
-// communicator's deadline) and then completes them: copies back, Future, Work.
-// A caller of Work::wait() or Work::isCompleted() whose requests are already
-// done completes its work itself instead of waiting for the thread to reach
-// it, so a pending recv at the head of the queue never holds up a later
-// collective. Whichever gets there first claims the completion; it runs once.
+// Completion (see WorkSMDDP in backend.hpp) is driven by libsmddp's
+// completion callbacks: no thread of ours sits between an operation finishing
+// and its Future completing.
 #include "backend.hpp"
 #include "store_bridge.hpp"
 
@@ -41,24 +37,48 @@ WorkSMDDP::WorkSMDDP(int rank, c10d::OpType type, smddp_comm_t comm, uint64_t se
           c10::ListType::create(c10::TensorType::get()))) {}
 
 WorkSMDDP::~WorkSMDDP() {
+  // A work dropped before it was fully issued (an issue call failed, or a
+  // check threw after some requests went out) never completes: let what it
+  // issued finish before its buffers go.
+  if (!completed_) {
+    for (auto req : requests_) {
+      (void)smddp_wait(req, SMDDP_WAIT_DEFAULT);
+    }
+  }
   for (auto req : requests_) {
     smddp_request_free(req);
   }
 }
 
-void WorkSMDDP::complete_once() {
-  if (claimed_.exchange(true)) {
-    return;
+void WorkSMDDP::on_request_done(void* arg, smddp_status_t status) {
+  auto* work = static_cast<WorkSMDDP*>(arg);
+  if (status != SMDDP_OK) {
+    std::ostringstream msg;
+    msg << "smddp " << c10d::opTypeToString(work->opType_) << " failed ("
+        << smddp_status_string(status) << "): " << comm_error(work->comm_);
+    std::lock_guard<std::mutex> lock(work->error_mutex_);
+    if (work->error_.empty()) {
+      work->error_ = msg.str();
+    }
   }
+  work->release_pending();
+}
+
+void WorkSMDDP::release_pending() {
+  if (pending_.fetch_sub(1) == 1) {
+    complete();
+  }
+}
+
+void WorkSMDDP::complete() {
+  // Keeps this work alive to the end of the function, then lets it go.
+  auto self = std::move(self_);
   std::exception_ptr eptr;
-  for (size_t i = 0; i < requests_.size() && !eptr; ++i) {
-    smddp_status_t st = smddp_test(requests_[i]);
-    if (st != SMDDP_OK) {
-      std::ostringstream msg;
-      msg << "smddp " << c10d::opTypeToString(opType_) << " failed ("
-          << smddp_status_string(st) << "): " << comm_error(comm_);
+  {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    if (!error_.empty()) {
       try {
-        throw_backend_error(msg.str());
+        throw_backend_error(error_);
       } catch (...) {
         eptr = std::current_exception();
       }
@@ -87,30 +107,6 @@ void WorkSMDDP::complete_once() {
   finish(eptr);
 }
 
-bool WorkSMDDP::requests_done() {
-  for (auto req : requests_) {
-    if (smddp_test(req) == SMDDP_IN_PROGRESS) {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool WorkSMDDP::isCompleted() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (completed_) {
-      return true;
-    }
-  }
-  if (!requests_done()) {
-    return false;
-  }
-  complete_once();
-  std::lock_guard<std::mutex> lock(mutex_);
-  return completed_;
-}
-
 bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
   const bool bounded = timeout != kNoTimeout;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -129,9 +125,8 @@ bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
       throw_backend_error(msg.str());
     }
   }
-  // Every request has finished (or failed): completing is a few copies, so do
-  // it here unless the completion thread already has.
-  complete_once();
+  // libsmddp runs a request's callback before it reports it done, so the work
+  // has completed by now.
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return completed_; });
   if (exception_) {
@@ -172,7 +167,6 @@ ProcessGroupSMDDP::ProcessGroupSMDDP(const c10::intrusive_ptr<c10d::Store>& stor
         << ") failed (" << smddp_status_string(st) << "): " << issue_error(nullptr);
     throw_backend_error(msg.str());
   }
-  completion_thread_ = std::thread([this] { completion_loop(); });
 }
 
 ProcessGroupSMDDP::~ProcessGroupSMDDP() {
@@ -183,38 +177,6 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupSMDDP::getBackendOptions(
   return c10::make_intrusive<Options>("smddp", timeout_);
 }
 
-void ProcessGroupSMDDP::completion_loop() {
-  for (;;) {
-    c10::intrusive_ptr<WorkSMDDP> work;
-    {
-      std::unique_lock<std::mutex> lock(queue_mutex_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) {
-        return;
-      }
-      work = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    for (auto req : work->requests_) {
-      // Bounded by the communicator's deadline: on expiry libsmddp fails the
-      // request and aborts the communicator, so this never hangs.
-      (void)smddp_wait(req, SMDDP_WAIT_DEFAULT);
-    }
-    work->complete_once();
-  }
-}
-
-void ProcessGroupSMDDP::stop_completion_thread() {
-  {
-    std::lock_guard<std::mutex> lock(queue_mutex_);
-    stopping_ = true;
-  }
-  queue_cv_.notify_all();
-  if (completion_thread_.joinable()) {
-    completion_thread_.join();
-  }
-}
-
 void ProcessGroupSMDDP::abort() {
   if (comm_ != nullptr) {
     (void)smddp_comm_abort(comm_);
@@ -223,7 +185,8 @@ void ProcessGroupSMDDP::abort() {
 
 void ProcessGroupSMDDP::shutdown() {
   std::call_once(shutdown_once_, [this] {
-    stop_completion_thread();
+    // Destroying the communicator first runs what is still queued, so every
+    // work completes.
     if (comm_ != nullptr) {
       (void)smddp_comm_destroy(comm_);
       comm_ = nullptr;
@@ -241,30 +204,15 @@ c10::intrusive_ptr<WorkSMDDP> ProcessGroupSMDDP::new_work(c10d::OpType type,
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::enqueue(
     const c10::intrusive_ptr<WorkSMDDP>& work) {
-  {
-    std::lock_guard<std::mutex> lock(queue_mutex_);
-    queue_.push_back(work);
-  }
-  queue_cv_.notify_one();
+  work->self_ = work;
+  work->release_pending();
   return work;
 }
 
-void ProcessGroupSMDDP::fail_issue(const char* fn, smddp_status_t st,
-                                   const c10::intrusive_ptr<WorkSMDDP>& work) {
+void ProcessGroupSMDDP::fail_issue(const char* fn, smddp_status_t st) {
   std::ostringstream msg;
   msg << "smddp " << fn << " failed (" << smddp_status_string(st) << "): " << issue_error(comm_);
-  // Requests already issued still use this work's buffers: let them finish.
-  for (auto req : work->requests_) {
-    (void)smddp_wait(req, SMDDP_WAIT_DEFAULT);
-  }
   throw_backend_error(msg.str());
-}
-
-void ProcessGroupSMDDP::check_status(const char* fn, smddp_status_t st,
-                                     const c10::intrusive_ptr<WorkSMDDP>& work) {
-  if (st != SMDDP_OK) {
-    fail_issue(fn, st, work);
-  }
 }
 
 // Returns a contiguous tensor with t's values that libsmddp may use; when t
@@ -301,9 +249,6 @@ void ProcessGroupSMDDP::then(WorkSMDDP& work, std::function<void()> fn) {
   work.finalizers_.push_back(std::move(fn));
 }
 
-void ProcessGroupSMDDP::add_request(WorkSMDDP& work, smddp_request_t req) {
-  work.requests_.push_back(req);
-}
 
 
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store,

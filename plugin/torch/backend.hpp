@@ -6,12 +6,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
@@ -27,19 +24,22 @@ class ProcessGroupSMDDP;
 // one communicator, the buffers they use, and the copies back into the
 // caller's tensors that must run once they succeed.
 //
-// Completion: the backend's completion thread (see ProcessGroupSMDDP) waits on
-// the requests, runs the copies back, then completes the Future and the Work.
-// It never takes the GIL, so a Future callback (DDP's comm hook) runs on that
-// thread without Python holding it up. isCompleted() is true only once that has
-// happened: a finished request whose output is still in a staging buffer is
-// not yet a completed Work.
+// Completion: every request carries a libsmddp completion callback; the last
+// one to finish runs the copies back, then completes the Future and the Work,
+// on whichever thread finished it: libsmddp's progress thread, or the thread
+// in wait() that ran the operation itself (libsmddp runs a still-queued
+// operation on the waiting thread rather than hand it to the progress
+// thread). The GIL is never taken, so a Future callback (DDP's comm hook)
+// runs at once. Until every request has been issued the work holds one more
+// "pending" count, so it cannot complete half-built; once issued it keeps
+// itself alive (self_) until it has completed, so a caller may drop it
+// unwaited.
 class WorkSMDDP : public c10d::Work {
  public:
   WorkSMDDP(int rank, c10d::OpType type, smddp_comm_t comm, uint64_t seq,
             std::vector<at::Tensor> outputs);
   ~WorkSMDDP() override;
 
-  bool isCompleted() override;
   // timeout == 0 waits for the communicator's own deadline; otherwise the
   // requests are waited with smddp_wait(timeout) and a DistBackendError is
   // thrown if they are not done in time (the operation keeps running).
@@ -51,10 +51,12 @@ class WorkSMDDP : public c10d::Work {
  private:
   friend class ProcessGroupSMDDP;
 
-  // Completes the Work and its Future once every request has finished: runs
-  // the copies back on success. Runs once, whichever thread calls it first.
-  void complete_once();
-  bool requests_done();
+  // libsmddp's completion callback; arg is the WorkSMDDP.
+  static void on_request_done(void* arg, smddp_status_t status);
+  // Drops one pending count; the last one completes the work.
+  void release_pending();
+  // Runs the copies back (on success), completes the Future and the Work.
+  void complete();
 
   smddp_comm_t comm_;
   uint64_t seq_;
@@ -63,7 +65,10 @@ class WorkSMDDP : public c10d::Work {
   std::vector<at::Tensor> keepalive_;  // buffers libsmddp reads or writes
   std::vector<std::function<void()>> finalizers_;  // copies back, in order
   c10::intrusive_ptr<c10::ivalue::Future> future_;
-  std::atomic<bool> claimed_{false};
+  c10::intrusive_ptr<WorkSMDDP> self_;  // set while not completed
+  std::atomic<int> pending_{1};         // unfinished requests, + 1 while issuing
+  std::mutex error_mutex_;
+  std::string error_;                   // the first failed request's message
 };
 
 class ProcessGroupSMDDP : public c10d::Backend {
@@ -135,21 +140,32 @@ class ProcessGroupSMDDP : public c10d::Backend {
 
  private:
   c10::intrusive_ptr<WorkSMDDP> new_work(c10d::OpType type, std::vector<at::Tensor> outputs);
-  // Hands a work whose requests are all issued to the completion thread.
+  // Issues one request of work: call(attr, req) is the libsmddp call, given
+  // attr with the work's completion callback added. A failed call throws a
+  // DistBackendError; the requests the work already issued are waited for
+  // when the work is dropped (their buffers die with it).
+  template <typename Call>
+  void issue(WorkSMDDP& work, const char* fn, smddp_coll_attr_t attr, Call&& call) {
+    attr.on_complete = &WorkSMDDP::on_request_done;
+    attr.on_complete_arg = &work;
+    work.pending_.fetch_add(1);
+    smddp_request_t req = nullptr;
+    smddp_status_t st = call(&attr, &req);
+    if (st != SMDDP_OK) {
+      work.pending_.fetch_sub(1);
+      fail_issue(fn, st);
+    }
+    work.requests_.push_back(req);
+  }
+  [[noreturn]] void fail_issue(const char* fn, smddp_status_t st);
+  // Ends the issue of a work whose requests are all issued; returns it.
   c10::intrusive_ptr<c10d::Work> enqueue(const c10::intrusive_ptr<WorkSMDDP>& work);
-  // Throws a DistBackendError for a failed issue call, after waiting for the
-  // requests the work already issued (their buffers die with the work).
-  [[noreturn]] void fail_issue(const char* fn, smddp_status_t st,
-                               const c10::intrusive_ptr<WorkSMDDP>& work);
-  void check_status(const char* fn, smddp_status_t st, const c10::intrusive_ptr<WorkSMDDP>& work);
-  void completion_loop();
 
   // Building blocks of the collectives (they reach into WorkSMDDP's state).
   at::Tensor stage_in(WorkSMDDP& work, const at::Tensor& t);
   at::Tensor stage_inout(WorkSMDDP& work, const at::Tensor& t);
   void keep(WorkSMDDP& work, const at::Tensor& t);
   void then(WorkSMDDP& work, std::function<void()> fn);
-  void add_request(WorkSMDDP& work, smddp_request_t req);
   c10::intrusive_ptr<c10d::Work> issue_allreduce(const c10::intrusive_ptr<WorkSMDDP>& work,
                                                  const at::Tensor& tensor,
                                                  const c10d::ReduceOp& rop);
@@ -161,17 +177,10 @@ class ProcessGroupSMDDP : public c10d::Backend {
   void issue_reduce_scatter_base(const c10::intrusive_ptr<WorkSMDDP>& work,
                                  const at::Tensor& output, const at::Tensor& input,
                                  const c10d::ReduceOp& rop);
-  void stop_completion_thread();
 
   smddp_comm_t comm_ = nullptr;
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> seq_{0};
-
-  std::mutex queue_mutex_;
-  std::condition_variable queue_cv_;
-  std::deque<c10::intrusive_ptr<WorkSMDDP>> queue_;
-  bool stopping_ = false;
-  std::thread completion_thread_;
   std::once_flag shutdown_once_;
 };
 

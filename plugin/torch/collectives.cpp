@@ -1,6 +1,6 @@
 // ProcessGroupSMDDP's collectives: each checks its tensors, stages what
-// libsmddp cannot use in place (see backend.cpp), issues the non-blocking C
-// call and hands the work to the completion thread.
+// libsmddp cannot use in place (see backend.cpp) and issues the non-blocking
+// C calls; the work completes from libsmddp's completion callbacks.
 #include "backend.hpp"
 #include "convert.hpp"
 
@@ -25,12 +25,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::issue_allreduce(
   SmddpOp op = to_smddp_op(rop);
   at::Tensor buf = stage_inout(*work, tensor);
   smddp_coll_attr_t attr = attr_for(buf, op.factor);
-  smddp_request_t req = nullptr;
-  check_status("allreduce",
-               smddp_allreduce(comm_, buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op.op,
-                               &attr, &req),
-               work);
-  add_request(*work, req);
+  issue(*work, "allreduce", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+    return smddp_allreduce(comm_, buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op.op, a, r);
+  });
   return work;
 }
 
@@ -62,12 +59,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::broadcast(std::vector<at::Tens
   auto work = new_work(c10d::OpType::BROADCAST, tensors);
   at::Tensor buf = stage_inout(*work, t);
   smddp_coll_attr_t attr = attr_for(buf);
-  smddp_request_t req = nullptr;
-  check_status("broadcast",
-               smddp_broadcast(comm_, buf.data_ptr(), buf.numel(), dt,
-                               static_cast<int>(opts.rootRank), &attr, &req),
-               work);
-  add_request(*work, req);
+  issue(*work, "broadcast", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+    return smddp_broadcast(comm_, buf.data_ptr(), buf.numel(), dt, static_cast<int>(opts.rootRank), a, r);
+  });
   return enqueue(work);
 }
 
@@ -82,12 +76,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce(std::vector<at::Tensor>
   auto work = new_work(c10d::OpType::REDUCE, tensors);
   at::Tensor buf = stage_inout(*work, t);
   smddp_coll_attr_t attr = attr_for(buf, op.factor);
-  smddp_request_t req = nullptr;
-  check_status("reduce",
-               smddp_reduce(comm_, buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op.op,
-                            static_cast<int>(opts.rootRank), &attr, &req),
-               work);
-  add_request(*work, req);
+  issue(*work, "reduce", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+    return smddp_reduce(comm_, buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op.op, static_cast<int>(opts.rootRank), a, r);
+  });
   return enqueue(work);
 }
 
@@ -103,11 +94,9 @@ void ProcessGroupSMDDP::issue_allgather_base(const c10::intrusive_ptr<WorkSMDDP>
   at::Tensor in = stage_in(*work, input);
   at::Tensor out = stage_inout(*work, output);
   smddp_coll_attr_t attr = attr_for(in);
-  smddp_request_t req = nullptr;
-  check_status("allgather",
-               smddp_allgather(comm_, in.data_ptr(), out.data_ptr(), in.numel(), dt, &attr, &req),
-               work);
-  add_request(*work, req);
+  issue(*work, "allgather", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+    return smddp_allgather(comm_, in.data_ptr(), out.data_ptr(), in.numel(), dt, a, r);
+  });
 }
 
 void ProcessGroupSMDDP::issue_allgather_list(const c10::intrusive_ptr<WorkSMDDP>& work,
@@ -194,12 +183,9 @@ void ProcessGroupSMDDP::issue_reduce_scatter_base(const c10::intrusive_ptr<WorkS
   at::Tensor in = stage_in(*work, input);
   at::Tensor out = stage_inout(*work, output);
   smddp_coll_attr_t attr = attr_for(in, op.factor);
-  smddp_request_t req = nullptr;
-  check_status("reduce_scatter",
-               smddp_reduce_scatter(comm_, in.data_ptr(), out.data_ptr(), out.numel(), dt, op.op,
-                                    &attr, &req),
-               work);
-  add_request(*work, req);
+  issue(*work, "reduce_scatter", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+    return smddp_reduce_scatter(comm_, in.data_ptr(), out.data_ptr(), out.numel(), dt, op.op, a, r);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter(
@@ -292,12 +278,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall_base(
   at::Tensor in = stage_in(*work, input);
   at::Tensor out = stage_inout(*work, output);
   smddp_coll_attr_t attr = attr_for(in);
-  smddp_request_t req = nullptr;
-  check_status("alltoall_base",
-               smddp_alltoallv(comm_, in.data_ptr(), scounts.data(), sdispls.data(),
-                               out.data_ptr(), rcounts.data(), rdispls.data(), dt, &attr, &req),
-               work);
-  add_request(*work, req);
+  issue(*work, "alltoall_base", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+    return smddp_alltoallv(comm_, in.data_ptr(), scounts.data(), sdispls.data(), out.data_ptr(), rcounts.data(), rdispls.data(), dt, a, r);
+  });
   return enqueue(work);
 }
 
@@ -330,12 +313,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall(std::vector<at::Tenso
   keep(*work, send);
   keep(*work, recv);
   smddp_coll_attr_t attr = attr_for(send);
-  smddp_request_t req = nullptr;
-  check_status("alltoall",
-               smddp_alltoallv(comm_, send.data_ptr(), scounts.data(), sdispls.data(),
-                               recv.data_ptr(), rcounts.data(), rdispls.data(), dt, &attr, &req),
-               work);
-  add_request(*work, req);
+  issue(*work, "alltoall", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+    return smddp_alltoallv(comm_, send.data_ptr(), scounts.data(), sdispls.data(), recv.data_ptr(), rcounts.data(), rdispls.data(), dt, a, r);
+  });
   then(*work, [recv, outputs, rcounts, rdispls]() mutable {
     for (size_t i = 0; i < outputs.size(); ++i) {
       outputs[i].copy_(recv.narrow(0, rdispls[i], rcounts[i]).view(outputs[i].sizes()));
@@ -373,12 +353,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather(
     keep(*work, flat);
   }
   smddp_coll_attr_t attr = attr_for(in);
-  smddp_request_t req = nullptr;
-  check_status("gather",
-               smddp_gather(comm_, in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr,
-                            in.numel(), dt, root, &attr, &req),
-               work);
-  add_request(*work, req);
+  issue(*work, "gather", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+    return smddp_gather(comm_, in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, in.numel(), dt, root, a, r);
+  });
   if (rank_ == root) {
     then(*work, [flat, outs]() mutable {
       for (size_t i = 0; i < outs.size(); ++i) {
@@ -417,12 +394,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::scatter(
   }
   at::Tensor out = stage_inout(*work, output);
   smddp_coll_attr_t attr = attr_for(out);
-  smddp_request_t req = nullptr;
-  check_status("scatter",
-               smddp_scatter(comm_, flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(),
-                             out.numel(), dt, root, &attr, &req),
-               work);
-  add_request(*work, req);
+  issue(*work, "scatter", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+    return smddp_scatter(comm_, flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dt, root, a, r);
+  });
   return enqueue(work);
 }
 
@@ -435,11 +409,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::send(std::vector<at::Tensor>& 
   auto work = new_work(c10d::OpType::SEND, tensors);
   at::Tensor buf = stage_in(*work, t);
   smddp_coll_attr_t attr = attr_for(buf);
-  smddp_request_t req = nullptr;
-  check_status("send",
-               smddp_send(comm_, buf.data_ptr(), buf.numel(), dt, dstRank, tag, &attr, &req),
-               work);
-  add_request(*work, req);
+  issue(*work, "send", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+    return smddp_send(comm_, buf.data_ptr(), buf.numel(), dt, dstRank, tag, a, r);
+  });
   return enqueue(work);
 }
 
@@ -452,19 +424,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::recv(std::vector<at::Tensor>& 
   auto work = new_work(c10d::OpType::RECV, tensors);
   at::Tensor buf = stage_inout(*work, t);
   smddp_coll_attr_t attr = attr_for(buf);
-  smddp_request_t req = nullptr;
-  check_status("recv",
-               smddp_recv(comm_, buf.data_ptr(), buf.numel(), dt, srcRank, tag, &attr, &req),
-               work);
-  add_request(*work, req);
+  issue(*work, "recv", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+    return smddp_recv(comm_, buf.data_ptr(), buf.numel(), dt, srcRank, tag, a, r);
+  });
   return enqueue(work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::barrier(const c10d::BarrierOptions& /*opts*/) {
   auto work = new_work(c10d::OpType::BARRIER, {});
-  smddp_request_t req = nullptr;
-  check_status("barrier", smddp_barrier(comm_, &req), work);
-  add_request(*work, req);
+  issue(*work, "barrier", SMDDP_COLL_ATTR_INIT,
+        [&](const smddp_coll_attr_t* a, smddp_request_t* r) { return smddp_barrier(comm_, a, r); });
   return enqueue(work);
 }
 

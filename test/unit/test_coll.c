@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -348,7 +349,7 @@ static void movement_rank(smddp_comm_t comm, int rank, int size, void *arg)
             free(all);
             free(res);
         }
-        H_OK(smddp_barrier(comm, NULL));
+        H_OK(smddp_barrier(comm, NULL, NULL));
     }
 }
 
@@ -435,7 +436,7 @@ static void p2p_rank(smddp_comm_t comm, int rank, int size, void *arg)
             H_CHECK(v == k, "message %d carried %d", k, v);
         }
     }
-    H_OK(smddp_barrier(comm, NULL));
+    H_OK(smddp_barrier(comm, NULL, NULL));
 }
 
 static void test_p2p_2(void **state) { (void)state; run(2, p2p_rank, NULL); }
@@ -508,6 +509,92 @@ static void outstanding_rank(smddp_comm_t comm, int rank, int size, void *arg)
 
 static void test_outstanding_3(void **state) { (void)state; run(3, outstanding_rank, NULL); }
 
+/*
+ * Completion callbacks: each runs once, after the result is in place and
+ * before the request reports done; one of them issues the next collective,
+ * which the main thread then waits for (the callback may run on the thread
+ * that waits, so this must not deadlock).
+ */
+typedef struct cb_state {
+    smddp_comm_t comm;
+    float *buf;
+    int64_t n;
+    float want;
+    atomic_int calls;
+    atomic_int result_ok;
+    smddp_request_t chained; /* issued by the callback, if it chains */
+    float *chained_buf;
+} cb_state_t;
+
+static void on_done(void *arg, smddp_status_t st)
+{
+    cb_state_t *cs = arg;
+    bool ok = st == SMDDP_OK;
+    for (int64_t i = 0; ok && i < cs->n; i++) ok = cs->buf[i] == cs->want;
+    atomic_store(&cs->result_ok, ok);
+    if (cs->chained_buf)
+        (void)smddp_allreduce(cs->comm, cs->chained_buf, cs->chained_buf, cs->n, SMDDP_FLOAT32,
+                              SMDDP_SUM, NULL, &cs->chained);
+    atomic_fetch_add(&cs->calls, 1);
+}
+
+#define NCB 8
+static void callback_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    /* Sizes that take one-shot, two-shot and several two-shot rounds. */
+    static const int64_t counts[NCB] = {1, 7, 1000, 70000, 1, 300000, 3, 1 << 20};
+    static cb_state_t cs[NCB];
+    float *bufs[NCB];
+    float *chain = malloc(sizeof(float) * 1000);
+    smddp_request_t reqs[NCB];
+    for (int k = 0; k < NCB; k++) {
+        bufs[k] = malloc(sizeof(float) * (size_t)counts[k]);
+        for (int64_t i = 0; i < counts[k]; i++) bufs[k][i] = (float)(rank + k);
+        cs[k] = (cb_state_t){.comm = comm, .buf = bufs[k], .n = counts[k]};
+        cs[k].want = (float)(size * k + size * (size - 1) / 2);
+        smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+        attr.on_complete = on_done;
+        attr.on_complete_arg = &cs[k];
+        if (k == 2) {
+            for (int i = 0; i < 1000; i++) chain[i] = 1.0f;
+            cs[k].chained_buf = chain;
+        }
+        H_OK(smddp_allreduce(comm, bufs[k], bufs[k], counts[k], SMDDP_FLOAT32, SMDDP_SUM, &attr,
+                             &reqs[k]));
+        if (k == 2) {
+            /* Nothing else is issued until the chained op is: same order on every rank. */
+            H_OK(smddp_wait(reqs[k], SMDDP_WAIT_DEFAULT));
+            H_CHECK(cs[k].chained != NULL, "the callback did not issue its allreduce");
+            H_OK(smddp_wait(cs[k].chained, SMDDP_WAIT_DEFAULT));
+            for (int i = 0; i < 1000; i++)
+                H_CHECK(chain[i] == (float)size, "chained element %d is %g", i, chain[i]);
+            smddp_request_free(cs[k].chained);
+        }
+    }
+    for (int k = NCB - 1; k >= 0; k--) {
+        H_OK(smddp_wait(reqs[k], SMDDP_WAIT_DEFAULT));
+        H_CHECK(atomic_load(&cs[k].calls) == 1, "op %d: callback ran %d times", k,
+                atomic_load(&cs[k].calls));
+        H_CHECK(atomic_load(&cs[k].result_ok), "op %d: result not in place in the callback", k);
+        smddp_request_free(reqs[k]);
+        free(bufs[k]);
+    }
+    /* A blocking call runs its callback too, before it returns. */
+    float one = 1.0f;
+    cb_state_t blocking = {.comm = comm, .buf = &one, .n = 1, .want = (float)size};
+    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+    attr.on_complete = on_done;
+    attr.on_complete_arg = &blocking;
+    H_OK(smddp_allreduce(comm, &one, &one, 1, SMDDP_FLOAT32, SMDDP_SUM, &attr, NULL));
+    H_CHECK(atomic_load(&blocking.calls) == 1 && atomic_load(&blocking.result_ok),
+            "blocking call: callback ran %d times", atomic_load(&blocking.calls));
+    free(chain);
+}
+
+static void test_callbacks_2(void **state) { (void)state; run(2, callback_rank, NULL); }
+static void test_callbacks_3(void **state) { (void)state; run(3, callback_rank, NULL); }
+
 static void test_single_rank(void **state)
 {
     (void)state;
@@ -541,6 +628,8 @@ int main(void)
         cmocka_unit_test(test_split_3),
         cmocka_unit_test(test_split_4),
         cmocka_unit_test(test_outstanding_3),
+        cmocka_unit_test(test_callbacks_2),
+        cmocka_unit_test(test_callbacks_3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,7 +156,7 @@ static void kill_rank_fn(smddp_comm_t comm, int rank, int size, void *arg)
     H_HAS(msg, "aborted");
     H_HAS(msg, "rank 1"); /* the first failure is carried along */
     smddp_request_t req = NULL;
-    H_OK(smddp_barrier(comm, &req));
+    H_OK(smddp_barrier(comm, NULL, &req));
     H_STATUS(smddp_wait(req, 5000), SMDDP_ERR_ABORTED);
     H_STATUS(smddp_test(req), SMDDP_ERR_ABORTED);
     smddp_request_free(req);
@@ -323,6 +324,18 @@ static void test_kill_peer_midway_large(void **state)
 }
 
 /* Queued requests on a communicator whose peer died all fail, and destroy is quick. */
+typedef struct cb_record {
+    atomic_int calls;
+    smddp_status_t status;
+} cb_record_t;
+
+static void record_completion(void *arg, smddp_status_t status)
+{
+    cb_record_t *rec = arg;
+    rec->status = status;
+    atomic_fetch_add(&rec->calls, 1);
+}
+
 static void queued_fn(smddp_comm_t unused, int rank, int size, void *arg)
 {
     (void)unused;
@@ -333,12 +346,24 @@ static void queued_fn(smddp_comm_t unused, int rank, int size, void *arg)
     if (rank == 1) raise(SIGKILL);
     int32_t in[4][8] = {{0}}, out[4][8];
     smddp_request_t req[4];
-    for (int i = 0; i < 4; i++)
-        H_OK(smddp_allreduce(comm, in[i], out[i], 8, SMDDP_INT32, SMDDP_SUM, NULL, &req[i]));
+    cb_record_t rec[4] = {{0}};
+    for (int i = 0; i < 4; i++) {
+        smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+        attr.on_complete = record_completion;
+        attr.on_complete_arg = &rec[i];
+        H_OK(smddp_allreduce(comm, in[i], out[i], 8, SMDDP_INT32, SMDDP_SUM, &attr, &req[i]));
+    }
     H_STATUS(smddp_wait(req[0], SMDDP_WAIT_DEFAULT), SMDDP_ERR_PEER_LOST);
     for (int i = 1; i < 4; i++) {
         H_STATUS(smddp_wait(req[i], 2000), SMDDP_ERR_ABORTED);
         H_HAS(smddp_get_last_error(NULL), "rank 1");
+    }
+    /* Each callback ran once, before its wait returned, with the request's status. */
+    for (int i = 0; i < 4; i++) {
+        H_CHECK(atomic_load(&rec[i].calls) == 1, "callback %d ran %d times", i,
+                atomic_load(&rec[i].calls));
+        H_CHECK(rec[i].status == smddp_test(req[i]), "callback %d got %s, the request says %s", i,
+                smddp_status_string(rec[i].status), smddp_status_string(smddp_test(req[i])));
     }
     /* The requests outlive the communicator. */
     double t0 = now_s();
@@ -862,7 +887,7 @@ static void bad_args_fn(smddp_comm_t comm, int rank, int size, void *arg)
     smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
 
     INVALID_NOCOMM("comm is NULL", smddp_allreduce(NULL, f, g, 4, SMDDP_FLOAT32, SMDDP_SUM, NULL, &req));
-    INVALID_NOCOMM("comm is NULL", smddp_barrier(NULL, &req));
+    INVALID_NOCOMM("comm is NULL", smddp_barrier(NULL, NULL, &req));
     INVALID_NOCOMM("comm is NULL", smddp_send(NULL, f, 1, SMDDP_FLOAT32, other, 0, NULL, &req));
     INVALID_NOCOMM("comm is NULL", smddp_recv(NULL, f, 1, SMDDP_FLOAT32, other, 0, NULL, &req));
     INVALID("sendbuf", smddp_allreduce(comm, NULL, g, 4, SMDDP_FLOAT32, SMDDP_SUM, NULL, &req));

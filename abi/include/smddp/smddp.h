@@ -141,16 +141,31 @@ typedef struct smddp_comm_config {
     int64_t timeout_ms;   /**< deadline for every wait; < 0 takes SMDDP_TIMEOUT (default 30 min) */
 } smddp_comm_config_t;
 
+/**
+ * Called once when an operation finishes, successfully or not, with its
+ * status; arg is smddp_coll_attr_t.on_complete_arg. Not called when the call
+ * that issues the operation returns an error itself. It runs on
+ * whichever thread finished the operation (the communicator's progress or
+ * send/recv thread, or a caller of smddp_wait() that ran it) before
+ * smddp_test() and smddp_wait() report the request finished, and never while
+ * that thread holds any of the communicator's locks. It may issue new
+ * operations, but must not wait for any: the thread it runs on may be the one
+ * that would run them.
+ */
+typedef void (*smddp_complete_fn)(void *arg, smddp_status_t status);
+
 /** Per-call options for collectives; pass NULL for host memory and defaults. */
 typedef struct smddp_coll_attr {
     size_t size;              /**< sizeof(smddp_coll_attr_t) */
     smddp_mem_type_t mem_type;/**< where the buffers live */
     void *stream;             /**< cudaStream_t for SMDDP_MEM_CUDA; ignored for host */
     double premul_factor;     /**< the factor for SMDDP_PREMUL_SUM */
+    smddp_complete_fn on_complete; /**< optional completion callback, or NULL */
+    void *on_complete_arg;    /**< its argument */
 } smddp_coll_attr_t;
 
 /** Initialiser for smddp_coll_attr_t. */
-#define SMDDP_COLL_ATTR_INIT {sizeof(smddp_coll_attr_t), SMDDP_MEM_HOST, NULL, 1.0}
+#define SMDDP_COLL_ATTR_INIT {sizeof(smddp_coll_attr_t), SMDDP_MEM_HOST, NULL, 1.0, NULL, NULL}
 
 /** Colour for smddp_comm_split() meaning "this rank joins no new communicator". */
 #define SMDDP_SPLIT_NOCOLOR (-1)
@@ -293,7 +308,10 @@ SMDDP_API smddp_status_t smddp_comm_node_count(smddp_comm_t comm, int *node_coun
 SMDDP_API smddp_status_t smddp_test(smddp_request_t req);
 
 /**
- * Waits for a request to complete.
+ * Waits for a request to complete. With SMDDP_WAIT_DEFAULT, a request whose
+ * collective has not started yet is run on the calling thread (with any
+ * queued before it, in order) instead of waiting for the progress thread to
+ * reach it.
  * @param timeout_ms  how long to wait: >= 0 milliseconds, or
  *                    SMDDP_WAIT_DEFAULT for the communicator's deadline.
  *                    Running out of a caller's timeout returns
@@ -401,8 +419,9 @@ SMDDP_API smddp_status_t smddp_scatter(smddp_comm_t comm, const void *sendbuf,
                                        const smddp_coll_attr_t *attr,
                                        smddp_request_t *req);
 
-/** Completes once every rank has entered it. */
-SMDDP_API smddp_status_t smddp_barrier(smddp_comm_t comm, smddp_request_t *req);
+/** Completes once every rank has entered it. attr may be NULL (only its callback is used). */
+SMDDP_API smddp_status_t smddp_barrier(smddp_comm_t comm, const smddp_coll_attr_t *attr,
+                                       smddp_request_t *req);
 
 /**
  * Sends count elements to rank peer with a tag >= 0. Messages between a pair
