@@ -124,6 +124,16 @@ smddp_status_t smddp_comm_abort(smddp_comm_t comm)
     return SMDDP_OK;
 }
 
+smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeout_ms)
+{
+    if (!comm) return INVALID(NULL, "smddp_comm_set_timeout: comm is NULL");
+    if (timeout_ms == 0)
+        return INVALID(comm, "smddp_comm_set_timeout: timeout_ms is 0; use > 0 milliseconds, or "
+                             "< 0 for SMDDP_TIMEOUT");
+    atomic_store(&comm->timeout_ms, timeout_ms > 0 ? timeout_ms : smddp__params()->timeout_ms);
+    return SMDDP_OK;
+}
+
 smddp_status_t smddp_comm_destroy(smddp_comm_t comm)
 {
     if (!comm) return SMDDP_OK;

@@ -77,7 +77,7 @@ struct smddp_comm {
     int *local_ranks;        /* comm rank of each local rank */
     int *node_of;            /* node index of each rank */
     char prefix[256];
-    int64_t timeout_ms;
+    _Atomic int64_t timeout_ms; /* read when an op starts; smddp_comm_set_timeout changes it */
 
     smddp__store_ref_t *store;
     smddp__shm_t *shm;

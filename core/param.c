@@ -60,7 +60,7 @@ static const param_row_t rows[] = {
      OFF(oneshot_max), 0, NULL},
     {"SMDDP_SHM_BUFFER_SIZE", P_SIZE, "4194304",
      "shared-memory staging buffer per local rank (bytes)", OFF(shm_buffer), 0, NULL},
-    {"SMDDP_STREAM_MIN", P_SIZE, "4194304",
+    {"SMDDP_STREAM_MIN", P_SIZE, "8388608",
      "collectives moving at least this many bytes write results with non-temporal stores",
      OFF(stream_min), 0, NULL},
     {"SMDDP_P2P_BUFFER_SIZE", P_SIZE, "262144",

@@ -169,6 +169,46 @@ ProcessGroupSMDDP::ProcessGroupSMDDP(const c10::intrusive_ptr<c10d::Store>& stor
   }
 }
 
+ProcessGroupSMDDP::ProcessGroupSMDDP(smddp_comm_t comm, int rank, int size,
+                                     std::chrono::milliseconds timeout)
+    : c10d::Backend(rank, size), comm_(comm), timeout_(timeout) {}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::split(
+    const c10::intrusive_ptr<c10d::Store>& /*store*/, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<Options>& opts) {
+  TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
+  const bool member = std::find(ranks.begin(), ranks.end(), rank_) != ranks.end();
+  for (int r : ranks) {
+    TORCH_CHECK(r >= 0 && r < size_, "smddp split: rank ", r, " is not in this group of ", size_,
+                " ranks");
+  }
+  // One colour per new group: its lowest rank.
+  const int color = member ? *std::min_element(ranks.begin(), ranks.end()) : SMDDP_SPLIT_NOCOLOR;
+  smddp_comm_t child = nullptr;
+  smddp_status_t st = smddp_comm_split(comm_, color, rank_, &child);
+  if (st != SMDDP_OK) {
+    fail_issue("split", st);
+  }
+  if (child == nullptr) {
+    return nullptr;
+  }
+  auto timeout = opts && opts->timeout.count() > 0 ? opts->timeout : timeout_;
+  (void)smddp_comm_set_timeout(child, timeout.count() > 0 ? timeout.count() : -1);
+  int rank = 0;
+  int size = 0;
+  (void)smddp_comm_rank(child, &rank);
+  (void)smddp_comm_size(child, &size);
+  return c10::make_intrusive<ProcessGroupSMDDP>(child, rank, size, timeout);
+}
+
+void ProcessGroupSMDDP::setTimeout(std::chrono::milliseconds timeout) {
+  TORCH_CHECK(timeout.count() > 0, "smddp setTimeout: the timeout must be positive, got ",
+              timeout.count(), " ms");
+  TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
+  (void)smddp_comm_set_timeout(comm_, timeout.count());
+  timeout_ = timeout;
+}
+
 ProcessGroupSMDDP::~ProcessGroupSMDDP() {
   shutdown();
 }

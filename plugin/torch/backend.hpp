@@ -77,12 +77,26 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // timeout becomes the communicator's deadline for every wait.
   ProcessGroupSMDDP(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     std::chrono::milliseconds timeout);
+  // Takes over comm, a communicator split from another backend's.
+  ProcessGroupSMDDP(smddp_comm_t comm, int rank, int size, std::chrono::milliseconds timeout);
   ~ProcessGroupSMDDP() override;
 
   const std::string getBackendName() const override {
     return "smddp";
   }
   c10::intrusive_ptr<Options> getBackendOptions() override;
+
+  // ProcessGroup.split_group(): every rank of this group calls it
+  // (smddp_comm_split is collective); ranks not in `ranks` get nullptr.
+  // Torch's store is not needed: the child rendezvouses through its parent's.
+  // supportsSplitting() stays false: torch then builds new_group()s through
+  // the store, which needs no call on non-members (its no-colour split call
+  // exists for NCCL only).
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  // Applies to operations that start afterwards.
+  void setTimeout(std::chrono::milliseconds timeout) override;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

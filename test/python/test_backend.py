@@ -426,6 +426,52 @@ def _check_groups_and_errors(rank, world, gloo):
     return failures
 
 
+def _check_split_and_timeout(rank, world, gloo):
+    import time
+    from datetime import timedelta
+
+    failures = []
+    # ProcessGroup.split_group: collective over the parent; non-members get None.
+    members = [0, world - 1]
+    sub = dist.group.WORLD.split_group(members, timeout=timedelta(seconds=60))
+    if (sub is None) == (rank in members):
+        failures.append(f"rank {rank}: split_group returned {sub!r}")
+    if sub is not None:
+        if (sub.rank(), sub.size()) != (members.index(rank), len(members)):
+            failures.append(f"split group rank/size {sub.rank()}/{sub.size()}")
+        x = torch.tensor([float(rank + 1)])
+        sub.allreduce([x]).wait()
+        _compare(failures, "split group allreduce", x, torch.tensor([float(world + 1)]))
+    # The parent keeps working.
+    y = torch.ones(2)
+    dist.all_reduce(y)
+    _compare(failures, "parent after split", y, torch.full((2,), float(world)))
+    # set_timeout applies to later operations: rank 0 waits alone and gives up
+    # after 1 s, not the 60 s the group was created with.
+    if sub is not None:
+        sub.set_timeout(timedelta(seconds=1))
+        if rank == 0:
+            start = time.monotonic()
+            try:
+                sub.allreduce([torch.ones(1)]).wait()
+                failures.append("allreduce without the peer did not time out")
+            except RuntimeError as err:
+                took = time.monotonic() - start
+                if not 0.9 < took < 5:
+                    failures.append(f"1 s timeout fired after {took:.1f} s")
+                if "timed out" not in str(err):
+                    failures.append(f"timeout error does not say so: {err}")
+        else:
+            time.sleep(3)
+    dist.barrier(group=gloo)
+    return failures
+
+
+@pytest.mark.parametrize("world", [3])
+def test_split_group_and_set_timeout(world):
+    run_ranks(_check_split_and_timeout, world)
+
+
 def _check_mismatch_raises(rank, world, gloo):
     import time
 
@@ -525,4 +571,30 @@ def test_import_torch_alone_registers_smddp():
     out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code],
                          capture_output=True, text=True, timeout=TEST_TIMEOUT_S, env=env,
                          cwd=tempfile.gettempdir())
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+@pytest.mark.skipif(not _entry_point_installed(),
+                    reason="smddp is not pip-installed: no torch.backends entry point")
+def test_broken_smddp_package_does_not_break_import_torch(tmp_path):
+    # A package that fails to import, found first on the path: `import torch`
+    # still works, warns naming the error, and "smddp" is not registered.
+    broken = tmp_path / "smddp"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("def broken(:\n")
+    code = (
+        "import warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import torch, torch.distributed as dist\n"
+        "msgs = [str(w.message) for w in caught]\n"
+        "assert any('SyntaxError' in m and 'smddp' in m for m in msgs), msgs\n"
+        "assert 'smddp' not in dist.Backend.backend_list\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ)
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    env["PYTHONPATH"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=TEST_TIMEOUT_S, env=env, cwd=tempfile.gettempdir())
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]

@@ -242,6 +242,32 @@ static void test_timeout(void **state)
     run(2, timeout_fn, NULL, "SMDDP_TIMEOUT=1", 0, NULL);
 }
 
+/* smddp_comm_set_timeout: SMDDP_TIMEOUT is 600 s, the communicator is set to 1 s. */
+static void set_timeout_fn(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    record_pid(rank);
+    H_STATUS(smddp_comm_set_timeout(comm, 0), SMDDP_ERR_INVALID_ARGUMENT);
+    H_HAS(smddp_get_last_error(NULL), "timeout_ms is 0");
+    H_OK(smddp_comm_set_timeout(comm, 1000));
+    check_usable(comm, rank, size);
+    if (rank == 0) {
+        double dt;
+        smddp_status_t st = timed_allreduce(comm, &dt);
+        H_STATUS(st, SMDDP_ERR_TIMEOUT);
+        H_CHECK(dt > 0.9 && dt < 2.5, "a 1 s communicator timeout fired after %.2f s", dt);
+        H_HAS(smddp_get_last_error(NULL), "1.000 s");
+        return;
+    }
+    sleep_ms(3000);
+}
+
+static void test_set_timeout(void **state)
+{
+    (void)state;
+    run(2, set_timeout_fn, NULL, "SMDDP_TIMEOUT=600", 0, NULL);
+}
+
 /* A non-root waits for a broadcast root that is late: the message names the root. */
 static void bcast_timeout_fn(smddp_comm_t comm, int rank, int size, void *arg)
 {
@@ -1266,6 +1292,7 @@ int main(void)
         cmocka_unit_test(test_kill_peer_during_allreduce),
         cmocka_unit_test(test_kill_segment_creator_nonblocking),
         cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_set_timeout),
         cmocka_unit_test(test_timeout_broadcast_root),
         cmocka_unit_test(test_kill_peer_midway_large),
         cmocka_unit_test(test_queued_requests_after_peer_death),

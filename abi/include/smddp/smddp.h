@@ -276,6 +276,13 @@ SMDDP_API smddp_status_t smddp_comm_split(smddp_comm_t comm, int color, int key,
 SMDDP_API smddp_status_t smddp_comm_abort(smddp_comm_t comm);
 
 /**
+ * Sets the deadline of every wait for operations that start after this call
+ * (those already running keep theirs): timeout_ms > 0, or < 0 for SMDDP_TIMEOUT.
+ * Local; safe to call from any thread.
+ */
+SMDDP_API smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeout_ms);
+
+/**
  * Waits for operations still queued on the communicator (each up to its
  * deadline), then frees it and every resource it holds. Requests not freed
  * yet stay valid until smddp_request_free(). comm may be NULL (no-op).

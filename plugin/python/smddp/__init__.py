@@ -5,7 +5,7 @@ Importing this package registers the backend, so that
     torch.distributed.init_process_group(backend="smddp")
 
 works. After `pip install`, torch imports it by itself through the
-`torch.backends` entry point (see smddp._entry), so scripts need no
+`torch.backends` entry point (see smddp_autoload), so scripts need no
 `import smddp`.
 """
 
@@ -97,7 +97,7 @@ def _load() -> None:
 # A failure to load never makes `import smddp` fail: the launcher, the config
 # and the examples live in this package and must run without the compiled
 # part (smddprun then falls back to nccl). Inside torch's own import the
-# error stays silent (smddp._entry warns); otherwise it is a warning here,
+# error stays silent (smddp_autoload warns); otherwise it is a warning here,
 # and smddp.dist.init_process_group raises it when smddp is asked for.
 try:
     _load()

@@ -1,9 +1,10 @@
 """The `torch.backends` entry point: registers "smddp" when torch is imported.
 
-torch calls autoload() near the end of its own `import torch`, after importing
-this module (and so the smddp package, which registers the backend). Every
-failure becomes a warning: an exception would break `import torch` for every
-program in the environment.
+torch imports this module and calls autoload() near the end of its own
+`import torch`; an exception from either would break `import torch` for every
+program in the environment. So this module lives outside the smddp package
+(loading it runs none of smddp's code) and autoload() turns every failure of
+`import smddp`, which registers the backend, into a warning.
 """
 
 import sys
