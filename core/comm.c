@@ -11,6 +11,7 @@
 
 #include "comm.h"
 #include "param.h"
+#include "transport/ofi.h"
 #include "transport/shm.h"
 
 #define HOSTNAME_MAX 256
@@ -177,17 +178,6 @@ static smddp_status_t discover_topology(smddp_comm_t comm)
         if (r == comm->rank) comm->local_rank = comm->local_size;
         comm->local_ranks[comm->local_size++] = r;
     }
-    if (comm->node_count > 1) {
-        /* Name a rank on another node than rank 0's, whichever rank reports it. */
-        int other = 1;
-        while (comm->node_of[other] == comm->node_of[0]) other++;
-        st = smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                          "the communicator spans %d nodes (rank 0 on \"%s\", rank %d on \"%s\"), "
-                          "but this build of libsmddp moves data only between ranks of one node; "
-                          "the libfabric transport is not built yet",
-                          comm->node_count, names[0], other, names[other]);
-        goto out;
-    }
 out:
     free(names);
     return st;
@@ -231,16 +221,19 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
 
     SMDDP_CHECK_GOTO(discover_topology(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__shm_setup(comm), st, fail);
+    if (comm->node_count > 1) SMDDP_CHECK_GOTO(smddp__ofi_setup(comm), st, fail_shm);
     SMDDP_CHECK_GOTO(smddp__sched_start(comm), st, fail_shm);
 
     atomic_fetch_add(&store->refs, 1);
-    SMDDP_INFO("communicator %s: rank %d of %d, local rank %d of %d, %d node(s), transports: shm",
-               comm->prefix, comm->rank, comm->size, comm->local_rank, comm->local_size,
-               comm->node_count);
+    SMDDP_INFO("communicator %s: rank %d of %d, local rank %d of %d, %d node(s), transports: "
+               "shm%s%s", comm->prefix, comm->rank, comm->size, comm->local_rank,
+               comm->local_size, comm->node_count, comm->ofi ? ", ofi " : "",
+               comm->ofi ? smddp__ofi_provider(comm) : "");
     *out = comm;
     return SMDDP_OK;
 
 fail_shm:
+    smddp__ofi_teardown(comm);
     smddp__shm_teardown(comm);
 fail:
     comm_free(comm);
@@ -284,6 +277,7 @@ smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
     smddp__sched_stop(comm);
     smddp__p2p_stop(comm);
     smddp__shm_teardown(comm);
+    smddp__ofi_teardown(comm);
     smddp__store_unref(comm->store);
     comm_free(comm);
     return SMDDP_OK;

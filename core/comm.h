@@ -66,6 +66,7 @@ typedef struct smddp__store_ref {
 
 typedef struct smddp__shm smddp__shm_t;
 typedef struct smddp__p2p smddp__p2p_t;
+typedef struct smddp__ofi smddp__ofi_t;
 
 struct smddp_comm {
     int rank;
@@ -82,6 +83,7 @@ struct smddp_comm {
     smddp__store_ref_t *store;
     smddp__shm_t *shm;
     smddp__p2p_t *p2p;       /* send/recv engine, started on first use */
+    struct smddp__ofi *ofi;  /* network transport, when the comm spans nodes */
 
     /* Scheduler: the queue, guarded by lock; exec_lock is held by whoever runs ops. */
     pthread_mutex_t lock;

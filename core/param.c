@@ -83,6 +83,9 @@ static const param_row_t rows[] = {
      "let a blocking call on an idle communicator, and smddp_wait() on a request not started "
      "yet, run the operation on the caller's thread", OFF(inline_exec),
      0, NULL},
+    {"SMDDP_OFI_PROVIDER", P_STRING, "",
+     "libfabric provider between nodes (default: FI_PROVIDER's choice if set, else efa where "
+     "present, else tcp;ofi_rxm)", OFF(ofi_provider), CAP(ofi_provider), NULL},
     {"SMDDP_COMMUNICATION_BACKEND", P_ENUM, "auto",
      "auto: smddp's collectives; nccl: CUDA collectives through NCCL (set by smddprun)",
      OFF(comm_backend), 0, "auto|nccl"},

@@ -283,6 +283,15 @@ smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op)
 
 static smddp_status_t execute(smddp_comm_t comm, smddp__op_t *op)
 {
+    if (comm->node_count > 1) {
+        if (smddp__log_level() >= SMDDP_LOG_TRACE) {
+            char desc[256];
+            smddp__op_describe(op, desc, sizeof(desc));
+            SMDDP_TRACE("rank %d: %s through the network (flat), %d node(s)", comm->rank, desc,
+                        comm->node_count);
+        }
+        return smddp__net_execute(comm, op);
+    }
     if (smddp__log_level() >= SMDDP_LOG_TRACE && op->kind != SMDDP_OP_ALLREDUCE) {
         char desc[256];
         smddp__op_describe(op, desc, sizeof(desc));

@@ -12,5 +12,7 @@ int smddp__local_index(smddp_comm_t comm, int rank);
 smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op);
 smddp_status_t smddp__reduce_root(smddp_comm_t comm, smddp__op_t *op);
 smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op);
+/* Any collective of a communicator that spans nodes, over the network (net.c). */
+smddp_status_t smddp__net_execute(smddp_comm_t comm, smddp__op_t *op);
 
 #endif /* SMDDP_CORE_COLL_H */

@@ -45,7 +45,8 @@ def _free_port():
 
 def _rank_main(fn, rank, world, port, queue, env):
     try:
-        os.environ.update(env or {})
+        # "{rank}" in a value becomes this rank's number (per-rank host names).
+        os.environ.update({k: v.replace("{rank}", str(rank)) for k, v in (env or {}).items()})
         import smddp  # noqa: F401  (registers the backend)
 
         dist.init_process_group(
@@ -67,7 +68,8 @@ def _rank_main(fn, rank, world, port, queue, env):
 def run_ranks(fn, world, timeout=TEST_TIMEOUT_S, env=None):
     """Runs fn(rank, world, gloo_group) on world spawned ranks; fails on any failure.
 
-    env: extra environment variables for the ranks (set before smddp loads).
+    env: extra environment variables for the ranks (set before smddp loads);
+    "{rank}" in a value is replaced by the rank.
     """
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
@@ -523,6 +525,18 @@ def test_send_recv_barrier(world):
 @pytest.mark.parametrize("world", [3])
 def test_new_group_beside_gloo_and_bad_dtype(world):
     run_ranks(_check_groups_and_errors, world)
+
+
+# Each rank on its own fake host (SMDDP_HOSTNAME): the communicator spans
+# nodes, and every collective goes through libfabric over loopback.
+FAKE_NODES = {"SMDDP_HOSTNAME": "fake-node-{rank}", "FI_TCP_IFACE": "lo"}
+
+
+@pytest.mark.parametrize("check", [_check_allreduce, _check_rooted,
+                                   _check_gather_scatter_family, _check_alltoall],
+                         ids=["allreduce", "rooted", "allgather_reduce_scatter", "alltoall"])
+def test_collectives_across_fake_nodes(check):
+    run_ranks(check, 2, env=FAKE_NODES)
 
 
 def test_backend_name_and_registration():

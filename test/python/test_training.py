@@ -63,8 +63,10 @@ def _unpack(data):
     return torch.load(io.BytesIO(data), weights_only=False)
 
 
-def _rank_main(fn, rank, world, port, backend, group_timeout_s, queue, args):
+def _rank_main(fn, rank, world, port, backend, group_timeout_s, queue, args, env):
     try:
+        # "{rank}" in a value becomes this rank's number (per-rank host names).
+        os.environ.update({k: v.replace("{rank}", str(rank)) for k, v in (env or {}).items()})
         torch.set_num_threads(1)  # 2 cores, up to 3 ranks
         import smddp  # noqa: F401  (registers the backend)
 
@@ -84,10 +86,11 @@ def _rank_main(fn, rank, world, port, backend, group_timeout_s, queue, args):
 
 
 def run_ranks(fn, world, backend="smddp", args=(), group_timeout_s=GROUP_TIMEOUT_S,
-              timeout=JOB_TIMEOUT_S, expect=None):
+              timeout=JOB_TIMEOUT_S, expect=None, env=None):
     """Runs fn(rank, world, *args) on world spawned ranks, `backend` the default group.
 
     expect: the ranks that must report (default: all); the others may die.
+    env: extra environment variables for the ranks ("{rank}" is replaced).
     Fails when a rank raised, did not report its result, or did not get
     through destroy_process_group, all within `timeout` seconds in total.
     Returns (results, exitcodes).
@@ -97,7 +100,8 @@ def run_ranks(fn, world, backend="smddp", args=(), group_timeout_s=GROUP_TIMEOUT
     queue = ctx.Queue()
     port = _free_port()
     procs = [ctx.Process(target=_rank_main,
-                         args=(fn, r, world, port, backend, group_timeout_s, queue, args))
+                         args=(fn, r, world, port, backend, group_timeout_s, queue, args,
+                               env))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -199,9 +203,14 @@ def _ddp_both(rank, world):
             "smddp_losses": smddp_losses, "gloo_losses": gloo_losses}
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_ddp_smddp_equals_gloo(world):
-    results, _ = run_ranks(_ddp_both, world)
+# Each rank on its own fake host: DDP's allreduces go through libfabric.
+FAKE_NODES = {"SMDDP_HOSTNAME": "fake-node-{rank}", "FI_TCP_IFACE": "lo"}
+
+
+@pytest.mark.parametrize("world,env", [(2, None), (3, None), (3, FAKE_NODES)],
+                         ids=["2", "3", "3-fake-nodes"])
+def test_ddp_smddp_equals_gloo(world, env):
+    results, _ = run_ranks(_ddp_both, world, env=env)
     for r in range(world):
         res = results[r]
         assert res["backend"] == "smddp"

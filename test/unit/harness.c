@@ -121,6 +121,13 @@ int harness_run(int nranks, harness_fn_t fn, void *arg, harness_opts_t *opts)
     for (int r = 0; r < nranks; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
+            if (opts->ranks_per_node > 0) {
+                char host[64];
+                snprintf(host, sizeof(host), "fake-node-%d", r / opts->ranks_per_node);
+                setenv("SMDDP_HOSTNAME", host, 1);
+                setenv("FI_TCP_IFACE", "lo", 0);
+                smddp__params_reload();
+            }
             apply_env(opts->env);
             smddp_comm_t comm = opts->no_comm ? NULL : harness_comm(r, nranks, prefix);
             fn(comm, r, nranks, arg);

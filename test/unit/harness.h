@@ -21,6 +21,9 @@ typedef struct harness_opts {
     int no_comm;            /* 1: fn gets comm == NULL and creates its own */
     int expect_signal[16];  /* per rank: the signal it is expected to die of (0: none) */
     int store_port;         /* out: the parent's store port */
+    int ranks_per_node;     /* > 0: fake nodes on this machine; rank r says it runs on host
+                               "fake-node-<r / ranks_per_node>" (SMDDP_HOSTNAME), and the
+                               nodes talk through libfabric over loopback */
 } harness_opts_t;
 
 /*

@@ -1,0 +1,316 @@
+/* See ofi.h. */
+#include "ofi.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../param.h"
+
+#if SMDDP_HAVE_OFI
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#define OFI_VERSION FI_VERSION(1, 17)
+#define ADDR_MAX 256
+/* How often a wait looks at the deadline and the abort flag, in CQ polls. */
+#define CHECK_EVERY 1024
+/* Empty polls before a wait yields the core, and before it sleeps 50 us between polls. */
+#define IDLE_YIELD 2000
+#define IDLE_SLEEP 20000
+
+_Static_assert(sizeof(((smddp__ofi_xfer_t *)0)->ctx) >= sizeof(struct fi_context2),
+               "smddp__ofi_xfer_t.ctx must hold a struct fi_context2");
+
+struct smddp__ofi {
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;
+    fi_addr_t *addrs; /* per comm rank */
+    char provider[64];
+};
+
+bool smddp__ofi_built(void) { return true; }
+
+const char *smddp__ofi_provider(smddp_comm_t comm)
+{
+    return comm->ofi ? comm->ofi->provider : NULL;
+}
+
+static smddp_status_t fi_error(int rc, const char *what)
+{
+    return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: %s failed: %s", what, fi_strerror(-rc));
+}
+
+/* fi_getinfo for reliable datagrams with tagged messages from provider (NULL: any). */
+static int get_info(const char *provider, struct fi_info **out)
+{
+    struct fi_info *hints = fi_allocinfo();
+    if (!hints) return -FI_ENOMEM;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = FI_TAGGED | FI_DIRECTED_RECV;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    /*
+     * No FI_MR_LOCAL: buffers are not registered yet (a registration cache is
+     * still to come), so providers that need it are not offered.
+     */
+    hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+    hints->domain_attr->threading = FI_THREAD_DOMAIN;
+    hints->tx_attr->msg_order = FI_ORDER_SAS;
+    if (provider) hints->fabric_attr->prov_name = strdup(provider);
+    int rc = fi_getinfo(OFI_VERSION, NULL, NULL, 0, hints, out);
+    fi_freeinfo(hints);
+    return rc;
+}
+
+static smddp_status_t choose_provider(struct fi_info **out)
+{
+    const char *setting = smddp__params()->ofi_provider;
+    int rc;
+    if (setting[0]) {
+        rc = get_info(setting, out);
+        if (rc != 0)
+            return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                                "libfabric provider \"%s\" (SMDDP_OFI_PROVIDER) is not usable "
+                                "here: %s", setting, fi_strerror(-rc));
+        return SMDDP_OK;
+    }
+    if (getenv("FI_PROVIDER")) {
+        /* libfabric itself keeps only the providers FI_PROVIDER names. */
+        rc = get_info(NULL, out);
+        if (rc != 0)
+            return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                                "no libfabric provider among FI_PROVIDER=%s offers reliable "
+                                "datagrams with tagged messages: %s", getenv("FI_PROVIDER"),
+                                fi_strerror(-rc));
+        return SMDDP_OK;
+    }
+    if (get_info("efa", out) == 0) return SMDDP_OK;
+    rc = get_info("tcp;ofi_rxm", out);
+    if (rc != 0)
+        return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                            "neither libfabric's efa nor tcp;ofi_rxm provider is usable: %s",
+                            fi_strerror(-rc));
+    return SMDDP_OK;
+}
+
+static smddp_status_t open_endpoint(smddp__ofi_t *o)
+{
+    int rc;
+    SMDDP_CHECK(choose_provider(&o->info));
+    snprintf(o->provider, sizeof(o->provider), "%s", o->info->fabric_attr->prov_name);
+    if ((rc = fi_fabric(o->info->fabric_attr, &o->fabric, NULL)) != 0)
+        return fi_error(rc, "fi_fabric");
+    if ((rc = fi_domain(o->fabric, o->info, &o->domain, NULL)) != 0)
+        return fi_error(rc, "fi_domain");
+    struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+    if ((rc = fi_av_open(o->domain, &av_attr, &o->av, NULL)) != 0)
+        return fi_error(rc, "fi_av_open");
+    struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE};
+    if ((rc = fi_cq_open(o->domain, &cq_attr, &o->cq, NULL)) != 0)
+        return fi_error(rc, "fi_cq_open");
+    if ((rc = fi_endpoint(o->domain, o->info, &o->ep, NULL)) != 0)
+        return fi_error(rc, "fi_endpoint");
+    if ((rc = fi_ep_bind(o->ep, &o->av->fid, 0)) != 0) return fi_error(rc, "binding the AV");
+    if ((rc = fi_ep_bind(o->ep, &o->cq->fid, FI_TRANSMIT | FI_RECV)) != 0)
+        return fi_error(rc, "binding the CQ");
+    if ((rc = fi_enable(o->ep)) != 0) return fi_error(rc, "fi_enable");
+    return SMDDP_OK;
+}
+
+/* Publishes this rank's address and inserts every rank's, in rank order. */
+static smddp_status_t exchange_addresses(smddp_comm_t comm, smddp__ofi_t *o)
+{
+    char name[ADDR_MAX], key[320];
+    size_t len = sizeof(name);
+    int rc = fi_getname(&o->ep->fid, name, &len);
+    if (rc != 0) return fi_error(rc, "fi_getname");
+    snprintf(key, sizeof(key), "%s/ofi/%d", comm->prefix, comm->rank);
+    SMDDP_CHECK(smddp__store_set(comm->store, key, name, len));
+    o->addrs = calloc((size_t)comm->size, sizeof(*o->addrs));
+    if (!o->addrs) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the address table");
+    for (int r = 0; r < comm->size; r++) {
+        void *v = NULL;
+        size_t vlen = 0;
+        snprintf(key, sizeof(key), "%s/ofi/%d", comm->prefix, r);
+        SMDDP_CHECK(smddp__store_get(comm->store, key, comm->timeout_ms, &v, &vlen));
+        if (vlen == 0 || vlen > ADDR_MAX) {
+            free(v);
+            return smddp__error(SMDDP_ERR_STORE, "rank %d published a %zu-byte %s address "
+                                "(store key %s); expected 1-%d bytes", r, vlen, o->provider, key,
+                                ADDR_MAX);
+        }
+        rc = fi_av_insert(o->av, v, 1, &o->addrs[r], 0, NULL);
+        free(v);
+        if (rc != 1)
+            return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: inserting rank %d's address "
+                                "failed: %s", r, fi_strerror(rc < 0 ? -rc : FI_EINVAL));
+    }
+    return SMDDP_OK;
+}
+
+smddp_status_t smddp__ofi_setup(smddp_comm_t comm)
+{
+    smddp__ofi_t *o = calloc(1, sizeof(*o));
+    if (!o) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the network transport");
+    comm->ofi = o;
+    smddp_status_t st = open_endpoint(o);
+    if (st >= 0) st = exchange_addresses(comm, o);
+    if (st < 0) {
+        char msg[SMDDP_ERRMSG_MAX];
+        snprintf(msg, sizeof(msg), "%s", smddp__last_error());
+        smddp__ofi_teardown(comm);
+        return smddp__error(st, "rank %d: network setup failed: %s", comm->rank, msg);
+    }
+    SMDDP_INFO("rank %d: libfabric provider %s, domain %s", comm->rank, o->provider,
+               o->info->domain_attr->name);
+    return SMDDP_OK;
+}
+
+void smddp__ofi_teardown(smddp_comm_t comm)
+{
+    smddp__ofi_t *o = comm->ofi;
+    if (!o) return;
+    if (o->ep) fi_close(&o->ep->fid);
+    if (o->cq) fi_close(&o->cq->fid);
+    if (o->av) fi_close(&o->av->fid);
+    if (o->domain) fi_close(&o->domain->fid);
+    if (o->fabric) fi_close(&o->fabric->fid);
+    if (o->info) fi_freeinfo(o->info);
+    free(o->addrs);
+    free(o);
+    comm->ofi = NULL;
+}
+
+/* Reads what the CQ has; marks the transfers done. Returns < 0 only on a CQ failure. */
+static smddp_status_t progress(smddp_comm_t comm)
+{
+    smddp__ofi_t *o = comm->ofi;
+    struct fi_cq_tagged_entry entries[16];
+    ssize_t n = fi_cq_read(o->cq, entries, 16);
+    if (n > 0) {
+        for (ssize_t i = 0; i < n; i++) {
+            smddp__ofi_xfer_t *x = entries[i].op_context;
+            x->status = SMDDP_OK;
+            x->done = 1;
+        }
+        return SMDDP_OK;
+    }
+    if (n == -FI_EAGAIN) return SMDDP_OK;
+    if (n != -FI_EAVAIL) return fi_error((int)n, "reading the completion queue");
+    struct fi_cq_err_entry err = {0};
+    if (fi_cq_readerr(o->cq, &err, 0) < 1) return SMDDP_OK;
+    smddp__ofi_xfer_t *x = err.op_context;
+    char detail[256] = "";
+    if (err.prov_errno)
+        snprintf(detail, sizeof(detail), " (%s)",
+                 fi_cq_strerror(o->cq, err.prov_errno, err.err_data, NULL, 0));
+    if (x) {
+        snprintf(x->err, sizeof(x->err), "%s of %zu bytes %s rank %d failed: %s%s",
+                 x->is_send ? "send" : "receive", x->len, x->is_send ? "to" : "from", x->peer,
+                 fi_strerror(err.err), detail);
+        x->status = SMDDP_ERR_PEER_LOST;
+        x->done = 1;
+        return SMDDP_OK;
+    }
+    return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: a transfer failed: %s%s",
+                        fi_strerror(err.err), detail);
+}
+
+smddp_status_t smddp__ofi_post(smddp_comm_t comm, smddp__ofi_xfer_t *x, int is_send, int peer,
+                               uint64_t tag, void *buf, size_t len)
+{
+    smddp__ofi_t *o = comm->ofi;
+    memset(x, 0, sizeof(*x));
+    x->peer = peer;
+    x->is_send = is_send;
+    x->len = len;
+    for (;;) {
+        ssize_t rc = is_send ? fi_tsend(o->ep, buf, len, NULL, o->addrs[peer], tag, x)
+                             : fi_trecv(o->ep, buf, len, NULL, o->addrs[peer], tag, 0, x);
+        if (rc == 0) return SMDDP_OK;
+        if (rc != -FI_EAGAIN)
+            return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: posting a %s of %zu bytes %s rank "
+                                "%d failed: %s", is_send ? "send" : "receive", len,
+                                is_send ? "to" : "from", peer, fi_strerror((int)-rc));
+        /* The endpoint is full: completing what it holds makes room. */
+        SMDDP_CHECK(progress(comm));
+    }
+}
+
+smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__ofi_xfer_t *x)
+{
+    for (unsigned i = 1; !x->done; i++) {
+        SMDDP_CHECK(progress(comm));
+        if (x->done) break;
+        /*
+         * The provider progresses only when polled, so keep polling, but hand
+         * the core over once the peer is clearly not there yet.
+         */
+        if (i > IDLE_SLEEP) {
+            struct timespec ts = {0, 50 * 1000};
+            nanosleep(&ts, NULL);
+        } else if (i > IDLE_YIELD) {
+            sched_yield();
+        }
+        if (i % CHECK_EVERY) continue;
+        char desc[256];
+        if (atomic_load(&comm->aborted)) {
+            smddp__op_describe(op, desc, sizeof(desc));
+            return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
+                                      desc, comm->abort_msg);
+        }
+        if (op->deadline_ns && smddp__now_ns() >= op->deadline_ns) {
+            smddp__op_describe(op, desc, sizeof(desc));
+            return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
+                                      "%s timed out after %.3f s: rank %d did not %s", desc,
+                                      (double)comm->timeout_ms / 1000.0, x->peer,
+                                      x->is_send ? "receive it" : "send it");
+        }
+    }
+    if (x->status < 0) {
+        char desc[256];
+        smddp__op_describe(op, desc, sizeof(desc));
+        return smddp__error_quiet(x->status, "%s failed: %s", desc, x->err);
+    }
+    return SMDDP_OK;
+}
+
+#else /* !SMDDP_HAVE_OFI */
+
+bool smddp__ofi_built(void) { return false; }
+const char *smddp__ofi_provider(smddp_comm_t comm)
+{
+    (void)comm;
+    return NULL;
+}
+smddp_status_t smddp__ofi_setup(smddp_comm_t comm)
+{
+    (void)comm;
+    return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                        "this libsmddp was built without libfabric (install libfabric-dev and "
+                        "rebuild) and cannot reach ranks on other nodes");
+}
+void smddp__ofi_teardown(smddp_comm_t comm) { (void)comm; }
+smddp_status_t smddp__ofi_post(smddp_comm_t comm, smddp__ofi_xfer_t *x, int is_send, int peer,
+                               uint64_t tag, void *buf, size_t len)
+{
+    (void)comm, (void)x, (void)is_send, (void)peer, (void)tag, (void)buf, (void)len;
+    return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
+}
+smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__ofi_xfer_t *x)
+{
+    (void)comm, (void)op, (void)x;
+    return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
+}
+
+#endif

@@ -1,0 +1,56 @@
+/*
+ * The network transport between nodes, on libfabric: one reliable-datagram
+ * endpoint per communicator with tagged messages, peers' addresses exchanged
+ * through the store.
+ *
+ * Transfers are posted with smddp__ofi_post and completed by smddp__ofi_wait,
+ * which drives the completion queue on the calling thread (the thread that
+ * runs the communicator's operations), so no lock is needed. A failed
+ * transfer's message names the peer and carries libfabric's error text.
+ */
+#ifndef SMDDP_CORE_OFI_H
+#define SMDDP_CORE_OFI_H
+
+#include "../comm.h"
+
+/* True when the library was built with libfabric. */
+bool smddp__ofi_built(void);
+
+/*
+ * Collective over every rank of comm, through its store: opens the endpoint,
+ * publishes its address and inserts every peer's. The provider is
+ * SMDDP_OFI_PROVIDER, else libfabric's choice under FI_PROVIDER, else efa
+ * where present, else tcp;ofi_rxm.
+ */
+smddp_status_t smddp__ofi_setup(smddp_comm_t comm);
+/* Closes the endpoint; transfers still posted are dropped. Safe without setup. */
+void smddp__ofi_teardown(smddp_comm_t comm);
+/* The provider in use, e.g. "tcp;ofi_rxm" (NULL before setup). */
+const char *smddp__ofi_provider(smddp_comm_t comm);
+
+/* One posted transfer, in the caller's memory until smddp__ofi_wait returns. */
+typedef struct smddp__ofi_xfer {
+    void *ctx[8];          /* libfabric's operation context (struct fi_context2) */
+    int peer;              /* comm rank */
+    int is_send;
+    size_t len;
+    int done;
+    smddp_status_t status;
+    char err[256];         /* why it failed */
+} smddp__ofi_xfer_t;
+
+/*
+ * Posts a tagged send of len bytes to, or a receive from, comm rank peer. A
+ * receive matches only a send from that peer with the same tag. Returns an
+ * error (and posts nothing) if the endpoint refuses the transfer.
+ */
+smddp_status_t smddp__ofi_post(smddp_comm_t comm, smddp__ofi_xfer_t *x, int is_send, int peer,
+                               uint64_t tag, void *buf, size_t len);
+/*
+ * Drives completions until x is done, op's deadline passes or comm is
+ * aborted. op names the collective in messages (its deadline_ns bounds the
+ * wait; 0: no deadline).
+ */
+smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__ofi_xfer_t *x);
+
+#endif /* SMDDP_CORE_OFI_H */
