@@ -380,6 +380,15 @@ static void fill(const bench_args_t *a, void *send, void *recv, size_t count)
         for (size_t i = 0; i < count; i++) put(recv, a->dtype, (size_t)rank * count + i, value(rank, i));
 }
 
+/*
+ * Relative error allowed in a checked float result: one rounding to the
+ * dtype (bf16 keeps 8 bits, fp16 11) on top of the inputs' own rounding.
+ */
+static double tolerance(smddp_dtype_t dtype)
+{
+    return dtype == SMDDP_BFLOAT16 ? 1e-2 : dtype == SMDDP_FLOAT16 ? 2e-3 : 1e-3;
+}
+
 static int64_t count_wrong(const bench_args_t *a, const void *send, const void *recv, size_t count)
 {
     int64_t wrong = 0;
@@ -394,7 +403,7 @@ static int64_t count_wrong(const bench_args_t *a, const void *send, const void *
             }
             if (a->dtype == SMDDP_INT8) want = (int8_t)(int64_t)want;
             if (a->dtype == SMDDP_UINT8) want = (uint8_t)(int64_t)want;
-            wrong += fabs(get(recv, a->dtype, i) - want) > 1e-3 * fabs(want) + 1e-6;
+            wrong += fabs(get(recv, a->dtype, i) - want) > tolerance(a->dtype) * fabs(want) + 1e-6;
         }
         break;
     case OP_ALLGATHER:
@@ -409,7 +418,7 @@ static int64_t count_wrong(const bench_args_t *a, const void *send, const void *
             if (a->dtype == SMDDP_INT8) want = (int8_t)(int64_t)want;
             if (a->dtype == SMDDP_UINT8) want = (uint8_t)(int64_t)want;
             if (a->redop == SMDDP_AVG) want /= nranks;
-            wrong += fabs(get(out, a->dtype, i) - want) > 1e-3 * fabs(want) + 1e-6;
+            wrong += fabs(get(out, a->dtype, i) - want) > tolerance(a->dtype) * fabs(want) + 1e-6;
         }
         break;
     }

@@ -9,11 +9,14 @@
  * Every transfer's tag is (collective sequence number, step), and receives
  * name their peer, so messages of different collectives or steps never mix.
  * Each piece of a ring reduction is reduced by one chain of ranks and then
- * copied everywhere, so every rank gets bit-identical results.
+ * copied everywhere, so every rank gets bit-identical results. fp16 and bf16
+ * travel and accumulate as fp32 and are rounded once at the end, as inside a
+ * node (rounding at every hop of a long ring loses digits).
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "../reduce/half.h"
 #include "../reduce/reduce.h"
 #include "../transport/ofi.h"
 #include "coll.h"
@@ -138,8 +141,51 @@ static smddp_status_t blocks(int p, size_t each, size_t **off, size_t **len)
     return SMDDP_OK;
 }
 
+static bool is_half(smddp_dtype_t t) { return t == SMDDP_FLOAT16 || t == SMDDP_BFLOAT16; }
+
+static void widen(smddp_dtype_t t, float *dst, const void *src, size_t n)
+{
+    const uint16_t *s = src;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = t == SMDDP_FLOAT16 ? smddp__fp16_to_fp32(s[i]) : smddp__bf16_to_fp32(s[i]);
+}
+
+static void narrow(smddp_dtype_t t, void *dst, const float *src, size_t n)
+{
+    uint16_t *d = dst;
+    for (size_t i = 0; i < n; i++)
+        d[i] = t == SMDDP_FLOAT16 ? smddp__fp32_to_fp16(src[i]) : smddp__fp32_to_bf16(src[i]);
+}
+
+/* op on fp32 data: the same collective (same tags), dtype float32, sendbuf w. */
+static smddp__op_t as_fp32(const smddp__op_t *op, const float *w)
+{
+    smddp__op_t f = *op;
+    f.dtype = SMDDP_FLOAT32;
+    f.spec.dtype = SMDDP_FLOAT32;
+    f.sendbuf = w;
+    return f;
+}
+
+static smddp_status_t net_allreduce(smddp_comm_t comm, smddp__op_t *op, char *out);
+
+/* fp16/bf16 allreduce (and reduce): through fp32, rounded once. */
+static smddp_status_t net_allreduce_half(smddp_comm_t comm, smddp__op_t *op, char *out)
+{
+    float *w = malloc(op->count * sizeof(float));
+    if (!w) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
+                                op->count * sizeof(float));
+    widen(op->dtype, w, op->sendbuf, op->count);
+    smddp__op_t f = as_fp32(op, w);
+    smddp_status_t st = net_allreduce(comm, &f, (char *)w);
+    if (st == SMDDP_OK) narrow(op->dtype, out, w, op->count);
+    free(w);
+    return st;
+}
+
 static smddp_status_t net_allreduce(smddp_comm_t comm, smddp__op_t *op, char *out)
 {
+    if (is_half(op->dtype)) return net_allreduce_half(comm, op, out);
     size_t es = smddp_dtype_size(op->dtype), *off, *len;
     if (out != op->sendbuf) memcpy(out, op->sendbuf, op->count * es);
     chain_ops_t c = chain_ops(op);
@@ -157,8 +203,27 @@ static smddp_status_t net_allreduce(smddp_comm_t comm, smddp__op_t *op, char *ou
     return st;
 }
 
+static smddp_status_t net_reduce_scatter(smddp_comm_t comm, smddp__op_t *op);
+
+/* fp16/bf16 reduce-scatter: through fp32, rounded once. */
+static smddp_status_t net_reduce_scatter_half(smddp_comm_t comm, smddp__op_t *op)
+{
+    size_t total = op->count * (size_t)comm->size;
+    float *w = malloc((total + op->count) * sizeof(float));
+    if (!w) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
+                                (total + op->count) * sizeof(float));
+    widen(op->dtype, w, op->sendbuf, total);
+    smddp__op_t f = as_fp32(op, w);
+    f.recvbuf = w + total;
+    smddp_status_t st = net_reduce_scatter(comm, &f);
+    if (st == SMDDP_OK) narrow(op->dtype, op->recvbuf, w + total, op->count);
+    free(w);
+    return st;
+}
+
 static smddp_status_t net_reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
 {
+    if (is_half(op->dtype)) return net_reduce_scatter_half(comm, op);
     int p = comm->size;
     size_t es = smddp_dtype_size(op->dtype), n = op->count, *off, *len;
     /* The ring reduces in place: work on a copy of the input. */

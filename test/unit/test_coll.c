@@ -621,6 +621,32 @@ static void p2p_across_nodes_rank(smddp_comm_t comm, int rank, int size, void *a
     H_OK(smddp_barrier(comm, NULL, NULL));
 }
 
+/*
+ * bf16 sums rounded once, whatever the path: values k/64 in [1, 2.5] add up
+ * exactly in fp32, so the one right answer is that sum rounded to bf16.
+ * Rounding after every hop of a ring gets many elements wrong.
+ */
+static float half_value(int rank, int i) { return 1.0f + (float)((i * 7 + rank * 13) % 97) / 64.0f; }
+
+static void half_accuracy_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    enum { N = 4096 };
+    static uint16_t in[N], out[N];
+    for (int i = 0; i < N; i++) in[i] = smddp__fp32_to_bf16(half_value(rank, i));
+    H_OK(smddp_allreduce(comm, in, out, N, SMDDP_BFLOAT16, SMDDP_SUM, NULL, NULL));
+    int wrong = 0;
+    for (int i = 0; i < N; i++) {
+        float sum = 0;
+        for (int r = 0; r < size; r++) sum += smddp__bf16_to_fp32(smddp__fp32_to_bf16(half_value(r, i)));
+        wrong += out[i] != smddp__fp32_to_bf16(sum);
+    }
+    H_CHECK(wrong == 0, "%d of %d bf16 sums are not the fp32 sum rounded once", wrong, N);
+}
+
+static void test_half_accuracy_1_node(void **state) { (void)state; run(4, half_accuracy_rank, NULL); }
+static void test_nodes_half_accuracy_3x2(void **state) { (void)state; run_nodes(6, 2, half_accuracy_rank); }
+
 static void test_nodes_allreduce_2x2(void **state) { (void)state; run_nodes(4, 2, allreduce_rank); }
 static void test_nodes_allreduce_3x1(void **state) { (void)state; run_nodes(3, 1, allreduce_rank); }
 static void test_nodes_reduce_2x2(void **state) { (void)state; run_nodes(4, 2, reduce_rank); }
@@ -666,6 +692,8 @@ int main(void)
         cmocka_unit_test(test_outstanding_3),
         cmocka_unit_test(test_callbacks_2),
         cmocka_unit_test(test_callbacks_3),
+        cmocka_unit_test(test_half_accuracy_1_node),
+        cmocka_unit_test(test_nodes_half_accuracy_3x2),
         cmocka_unit_test(test_nodes_allreduce_2x2),
         cmocka_unit_test(test_nodes_allreduce_3x1),
         cmocka_unit_test(test_nodes_reduce_2x2),
