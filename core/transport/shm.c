@@ -586,6 +586,12 @@ void *smddp__shm_buf(smddp_comm_t comm, int lr, int half)
 
 size_t smddp__shm_half_size(smddp_comm_t comm) { return comm->shm->half; }
 
+void smddp__shm_wait_policy(smddp_comm_t comm, int64_t *spin_ns, int64_t *yield_ns)
+{
+    *spin_ns = comm->shm->spin_ns;
+    *yield_ns = comm->shm->yield_ns;
+}
+
 void *smddp__shm_meta(smddp_comm_t comm, int lr, int parity)
 {
     smddp__shm_t *s = comm->shm;

@@ -38,6 +38,8 @@ smddp_status_t smddp__shm_sync(smddp_comm_t comm, smddp__op_t *op);
 smddp_status_t smddp__shm_step_begin(smddp_comm_t comm, smddp__op_t *op, int *half);
 void smddp__shm_step_end(smddp_comm_t comm, int half);
 void *smddp__shm_buf(smddp_comm_t comm, int lr, int half);
+/* How long this node's waits spin, then yield, before they sleep (see shm.c). */
+void smddp__shm_wait_policy(smddp_comm_t comm, int64_t *spin_ns, int64_t *yield_ns);
 size_t smddp__shm_half_size(smddp_comm_t comm);
 
 /*
