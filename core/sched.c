@@ -159,17 +159,6 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
         smddp__request_unref(op);
         return smddp__error(SMDDP_ERR_INVALID_ARGUMENT, "communicator is being destroyed");
     }
-    if ((op->kind == SMDDP_OP_SEND || op->kind == SMDDP_OP_RECV) &&
-        comm->node_of[op->root] != comm->node) {
-        pthread_mutex_unlock(&comm->lock);
-        smddp_status_t st = smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                                         "%s rank %d: send/recv between ranks on different "
-                                         "nodes is not supported yet",
-                                         op->kind == SMDDP_OP_SEND ? "send to" : "recv from",
-                                         op->root);
-        smddp__request_unref(op);
-        return st;
-    }
     if (op->kind == SMDDP_OP_SEND || op->kind == SMDDP_OP_RECV) {
         op->seq = op->kind == SMDDP_OP_SEND ? comm->p2p_send_seq[op->root]++
                                             : comm->p2p_recv_seq[op->root]++;

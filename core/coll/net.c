@@ -116,81 +116,39 @@ static smddp_status_t ring_allgather(smddp_comm_t comm, const smddp__op_t *op, c
     return SMDDP_OK;
 }
 
-/* Offsets and lengths of the p pieces of n elements (even split). */
-static smddp_status_t pieces(int p, size_t n, size_t **off, size_t **len)
+/*
+ * A ring's block table: p offsets and lengths (elements), freed by the
+ * caller. each == 0: the even split of n (piece 0 is the largest); else p
+ * blocks of `each`, block q at q * each.
+ */
+static smddp_status_t block_table(int p, size_t n, size_t each, size_t **off, size_t **len)
 {
     *off = calloc((size_t)p, sizeof(size_t));
     *len = calloc((size_t)p, sizeof(size_t));
     if (!*off || !*len) {
         free(*off);
         free(*len);
-        return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the ring's piece table");
+        return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the ring's block table");
     }
-    for (int q = 0; q < p; q++) smddp__piece(n, p, q, &(*off)[q], &(*len)[q]);
-    return SMDDP_OK;
-}
-
-/* Blocks of `each` elements, block q at q * each. */
-static smddp_status_t blocks(int p, size_t each, size_t **off, size_t **len)
-{
-    SMDDP_CHECK(pieces(p, 0, off, len));
     for (int q = 0; q < p; q++) {
-        (*off)[q] = (size_t)q * each;
-        (*len)[q] = each;
+        if (each) {
+            (*off)[q] = (size_t)q * each;
+            (*len)[q] = each;
+        } else {
+            smddp__piece(n, p, q, &(*off)[q], &(*len)[q]);
+        }
     }
     return SMDDP_OK;
 }
 
-static bool is_half(smddp_dtype_t t) { return t == SMDDP_FLOAT16 || t == SMDDP_BFLOAT16; }
-
-static void widen(smddp_dtype_t t, float *dst, const void *src, size_t n)
+/* Allreduce of op->sendbuf into op->recvbuf: ring reduce-scatter, then ring allgather. */
+static smddp_status_t ring_allreduce(smddp_comm_t comm, smddp__op_t *op)
 {
-    const uint16_t *s = src;
-    for (size_t i = 0; i < n; i++)
-        dst[i] = t == SMDDP_FLOAT16 ? smddp__fp16_to_fp32(s[i]) : smddp__bf16_to_fp32(s[i]);
-}
-
-static void narrow(smddp_dtype_t t, void *dst, const float *src, size_t n)
-{
-    uint16_t *d = dst;
-    for (size_t i = 0; i < n; i++)
-        d[i] = t == SMDDP_FLOAT16 ? smddp__fp32_to_fp16(src[i]) : smddp__fp32_to_bf16(src[i]);
-}
-
-/* op on fp32 data: the same collective (same tags), dtype float32, sendbuf w. */
-static smddp__op_t as_fp32(const smddp__op_t *op, const float *w)
-{
-    smddp__op_t f = *op;
-    f.dtype = SMDDP_FLOAT32;
-    f.spec.dtype = SMDDP_FLOAT32;
-    f.sendbuf = w;
-    return f;
-}
-
-static smddp_status_t net_allreduce(smddp_comm_t comm, smddp__op_t *op, char *out);
-
-/* fp16/bf16 allreduce (and reduce): through fp32, rounded once. */
-static smddp_status_t net_allreduce_half(smddp_comm_t comm, smddp__op_t *op, char *out)
-{
-    float *w = malloc(op->count * sizeof(float));
-    if (!w) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
-                                op->count * sizeof(float));
-    widen(op->dtype, w, op->sendbuf, op->count);
-    smddp__op_t f = as_fp32(op, w);
-    smddp_status_t st = net_allreduce(comm, &f, (char *)w);
-    if (st == SMDDP_OK) narrow(op->dtype, out, w, op->count);
-    free(w);
-    return st;
-}
-
-static smddp_status_t net_allreduce(smddp_comm_t comm, smddp__op_t *op, char *out)
-{
-    if (is_half(op->dtype)) return net_allreduce_half(comm, op, out);
     size_t es = smddp_dtype_size(op->dtype), *off, *len;
+    char *out = op->recvbuf;
     if (out != op->sendbuf) memcpy(out, op->sendbuf, op->count * es);
-    chain_ops_t c = chain_ops(op);
-    if (c.pre_scale) apply_unary(op, SMDDP_PREMUL_SUM, 0, out, op->count);
-    SMDDP_CHECK(pieces(comm->size, op->count, &off, &len));
+    if (chain_ops(op).pre_scale) apply_unary(op, SMDDP_PREMUL_SUM, 0, out, op->count);
+    SMDDP_CHECK(block_table(comm->size, op->count, 0, &off, &len));
     char *tmp = malloc((len[0] ? len[0] : 1) * es);
     smddp_status_t st = tmp ? SMDDP_OK
                             : smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
@@ -203,27 +161,9 @@ static smddp_status_t net_allreduce(smddp_comm_t comm, smddp__op_t *op, char *ou
     return st;
 }
 
-static smddp_status_t net_reduce_scatter(smddp_comm_t comm, smddp__op_t *op);
-
-/* fp16/bf16 reduce-scatter: through fp32, rounded once. */
-static smddp_status_t net_reduce_scatter_half(smddp_comm_t comm, smddp__op_t *op)
+/* Reduce-scatter of op->sendbuf (p blocks of op->count) into op->recvbuf. */
+static smddp_status_t ring_reduce_scatter_op(smddp_comm_t comm, smddp__op_t *op)
 {
-    size_t total = op->count * (size_t)comm->size;
-    float *w = malloc((total + op->count) * sizeof(float));
-    if (!w) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
-                                (total + op->count) * sizeof(float));
-    widen(op->dtype, w, op->sendbuf, total);
-    smddp__op_t f = as_fp32(op, w);
-    f.recvbuf = w + total;
-    smddp_status_t st = net_reduce_scatter(comm, &f);
-    if (st == SMDDP_OK) narrow(op->dtype, op->recvbuf, w + total, op->count);
-    free(w);
-    return st;
-}
-
-static smddp_status_t net_reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
-{
-    if (is_half(op->dtype)) return net_reduce_scatter_half(comm, op);
     int p = comm->size;
     size_t es = smddp_dtype_size(op->dtype), n = op->count, *off, *len;
     /* The ring reduces in place: work on a copy of the input. */
@@ -231,7 +171,7 @@ static smddp_status_t net_reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
     smddp_status_t st = SMDDP_OK;
     if (!work || !tmp) st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
                                          n * (size_t)(p + 1) * es);
-    if (st == SMDDP_OK) st = blocks(p, n, &off, &len);
+    if (st == SMDDP_OK) st = block_table(p, 0, n, &off, &len);
     if (st == SMDDP_OK) {
         memcpy(work, op->sendbuf, n * (size_t)p * es);
         if (chain_ops(op).pre_scale) apply_unary(op, SMDDP_PREMUL_SUM, 0, work, n * (size_t)p);
@@ -245,12 +185,56 @@ static smddp_status_t net_reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
     return st;
 }
 
+static bool is_half(smddp_dtype_t t) { return t == SMDDP_FLOAT16 || t == SMDDP_BFLOAT16; }
+
+/*
+ * fp16/bf16: runs ring on an fp32 copy of the in_count inputs (same
+ * collective, same tags) and rounds its out_count results once into
+ * op->recvbuf.
+ */
+static smddp_status_t via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in_count,
+                               size_t out_count,
+                               smddp_status_t (*ring)(smddp_comm_t, smddp__op_t *))
+{
+    float *w = malloc((in_count + out_count) * sizeof(float));
+    if (!w) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
+                                (in_count + out_count) * sizeof(float));
+    const uint16_t *in = op->sendbuf;
+    bool f16 = op->dtype == SMDDP_FLOAT16;
+    for (size_t i = 0; i < in_count; i++)
+        w[i] = f16 ? smddp__fp16_to_fp32(in[i]) : smddp__bf16_to_fp32(in[i]);
+    smddp__op_t f = *op;
+    f.dtype = f.spec.dtype = SMDDP_FLOAT32;
+    f.sendbuf = w;
+    f.recvbuf = w + in_count;
+    smddp_status_t st = ring(comm, &f);
+    uint16_t *out = op->recvbuf;
+    for (size_t i = 0; st == SMDDP_OK && i < out_count; i++)
+        out[i] = f16 ? smddp__fp32_to_fp16(w[in_count + i]) : smddp__fp32_to_bf16(w[in_count + i]);
+    free(w);
+    return st;
+}
+
+static smddp_status_t net_allreduce(smddp_comm_t comm, smddp__op_t *op)
+{
+    if (is_half(op->dtype)) return via_fp32(comm, op, op->count, op->count, ring_allreduce);
+    return ring_allreduce(comm, op);
+}
+
+static smddp_status_t net_reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
+{
+    if (is_half(op->dtype))
+        return via_fp32(comm, op, op->count * (size_t)comm->size, op->count,
+                        ring_reduce_scatter_op);
+    return ring_reduce_scatter_op(comm, op);
+}
+
 static smddp_status_t net_allgather(smddp_comm_t comm, smddp__op_t *op)
 {
     size_t es = smddp_dtype_size(op->dtype), n = op->count, *off, *len;
     char *recv = op->recvbuf;
     memmove(recv + (size_t)comm->rank * n * es, op->sendbuf, n * es);
-    SMDDP_CHECK(blocks(comm->size, n, &off, &len));
+    SMDDP_CHECK(block_table(comm->size, 0, n, &off, &len));
     smddp_status_t st = ring_allgather(comm, op, recv, off, len, es, 0);
     free(off);
     free(len);
@@ -351,15 +335,16 @@ smddp_status_t smddp__net_execute(smddp_comm_t comm, smddp__op_t *op)
     switch (op->kind) {
     case SMDDP_OP_ALLREDUCE:
         if (op->count == 0) return SMDDP_OK;
-        return net_allreduce(comm, op, op->recvbuf);
+        return net_allreduce(comm, op);
     case SMDDP_OP_REDUCE: {
         /* An allreduce into scratch on non-roots: simple, twice the traffic. */
         if (op->count == 0) return SMDDP_OK;
-        if (comm->rank == op->root) return net_allreduce(comm, op, op->recvbuf);
-        char *scratch = malloc(op->count * smddp_dtype_size(op->dtype));
-        if (!scratch) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate scratch");
-        smddp_status_t st = net_allreduce(comm, op, scratch);
-        free(scratch);
+        if (comm->rank == op->root) return net_allreduce(comm, op);
+        smddp__op_t r = *op;
+        r.recvbuf = malloc(op->count * smddp_dtype_size(op->dtype));
+        if (!r.recvbuf) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate scratch");
+        smddp_status_t st = net_allreduce(comm, &r);
+        free(r.recvbuf);
         return st;
     }
     case SMDDP_OP_REDUCE_SCATTER:
@@ -385,11 +370,11 @@ smddp_status_t smddp__net_execute(smddp_comm_t comm, smddp__op_t *op)
         uint8_t one = 1;
         smddp__op_t b = *op;
         b.kind = SMDDP_OP_ALLREDUCE;
-        b.sendbuf = &one;
+        b.sendbuf = b.recvbuf = &one;
         b.count = 1;
         b.dtype = SMDDP_UINT8;
         b.spec = (smddp__reduce_spec_t){.dtype = SMDDP_UINT8, .op = SMDDP_MAX, .premul = 1.0};
-        return net_allreduce(comm, &b, (char *)&one);
+        return net_allreduce(comm, &b);
     }
     default:
         return smddp__error(SMDDP_ERR_INTERNAL, "no network algorithm for op kind %d",
