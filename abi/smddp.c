@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/coll.h"
 #include "comm.h"
 #include "param.h"
 
@@ -190,15 +191,21 @@ static smddp_status_t check_common(const coll_check_t *c, const smddp_coll_attr_
         if (attr->size < sizeof(smddp_coll_attr_t))
             return INVALID(c->comm, "%s: attr->size is %zu; initialise attributes with "
                                     "SMDDP_COLL_ATTR_INIT", c->fn, attr->size);
-        if (attr->mem_type == SMDDP_MEM_CUDA)
-            return fail(c->comm, smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                                              "%s: CUDA memory is not supported yet by this build "
-                                              "of libsmddp; pass host memory (SMDDP_MEM_HOST)",
-                                              c->fn));
+        if (attr->mem_type == SMDDP_MEM_CUDA) return fail(c->comm, smddp__cuda_check(c->comm, c->fn));
         if (attr->mem_type != SMDDP_MEM_HOST)
             return INVALID(c->comm, "%s: unknown memory type %d; accepted: SMDDP_MEM_HOST, "
                                     "SMDDP_MEM_CUDA", c->fn, (int)attr->mem_type);
     }
+    return SMDDP_OK;
+}
+
+/* For the calls that have no CUDA implementation yet. */
+static smddp_status_t check_host_only(const coll_check_t *c, const smddp_coll_attr_t *attr)
+{
+    if (attr && attr->mem_type == SMDDP_MEM_CUDA)
+        return fail(c->comm, smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                                          "%s: CUDA memory is not supported by this call yet; "
+                                          "stage through host memory (SMDDP_MEM_HOST)", c->fn));
     return SMDDP_OK;
 }
 
@@ -272,6 +279,10 @@ static smddp__op_t *make_op(smddp_comm_t comm, smddp__op_kind_t kind, const void
     op->spec.dtype = dtype;
     op->spec.op = redop;
     op->spec.premul = attr ? attr->premul_factor : 1.0;
+    if (attr && kind != SMDDP_OP_BARRIER) {
+        op->mem_type = attr->mem_type;
+        op->stream = attr->stream;
+    }
     if (attr) {
         op->on_complete = attr->on_complete;
         op->on_complete_arg = attr->on_complete_arg;
@@ -402,6 +413,7 @@ smddp_status_t smddp_alltoallv(smddp_comm_t comm, const void *sendbuf, const int
 {
     coll_check_t c = {"smddp_alltoallv", comm};
     SMDDP_CHECK(check_common(&c, attr));
+    SMDDP_CHECK(check_host_only(&c, attr));
     SMDDP_CHECK(check_dtype(&c, dtype));
     SMDDP_CHECK(check_v(&c, "sendcounts", sendcounts, "sdispls", sdispls, dtype));
     SMDDP_CHECK(check_v(&c, "recvcounts", recvcounts, "rdispls", rdispls, dtype));
@@ -464,6 +476,13 @@ smddp_status_t smddp_barrier(smddp_comm_t comm, const smddp_coll_attr_t *attr,
                              smddp_request_t *req)
 {
     coll_check_t c = {"smddp_barrier", comm};
+    smddp_coll_attr_t host;
+    if (attr && attr->size >= sizeof(host)) {
+        /* A barrier moves no buffers: only the callback is taken. */
+        host = *attr;
+        host.mem_type = SMDDP_MEM_HOST;
+        attr = &host;
+    }
     SMDDP_CHECK(check_common(&c, attr));
     return submit(&c, make_op(comm, SMDDP_OP_BARRIER, NULL, NULL, 0, SMDDP_UINT8, SMDDP_SUM, -1,
                               attr), req);
@@ -474,6 +493,7 @@ static smddp_status_t p2p(const coll_check_t *c, smddp__op_kind_t kind, const vo
                           const smddp_coll_attr_t *attr, smddp_request_t *req)
 {
     SMDDP_CHECK(check_common(c, attr));
+    SMDDP_CHECK(check_host_only(c, attr));
     SMDDP_CHECK(check_dtype(c, dtype));
     SMDDP_CHECK(check_count(c, "count", count, dtype, 1));
     SMDDP_CHECK(check_rank(c, "peer", peer));

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "coll/coll.h"
 #include "param.h"
 #include "transport/ofi.h"
 #include "transport/shm.h"
@@ -49,6 +50,9 @@ void smddp__op_describe(const smddp__op_t *op, char *buf, size_t cap)
                  smddp_dtype_name(op->dtype));
         break;
     }
+    size_t used = strlen(buf);
+    if (op->mem_type == SMDDP_MEM_CUDA && used < cap)
+        snprintf(buf + used, cap - used, " on CUDA memory");
 }
 
 /* ---- store access --------------------------------------------------------- */
@@ -276,6 +280,7 @@ smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
 {
     smddp__sched_stop(comm);
     smddp__p2p_stop(comm);
+    smddp__cuda_teardown(comm);
     smddp__shm_teardown(comm);
     smddp__ofi_teardown(comm);
     smddp__store_unref(comm->store);

@@ -40,6 +40,8 @@ typedef struct smddp_request {
     smddp__reduce_spec_t spec;
     int root;                /* root, or peer for send/recv */
     int tag;
+    smddp_mem_type_t mem_type; /* where the buffers live */
+    void *stream;            /* cudaStream_t for SMDDP_MEM_CUDA */
     int64_t *v;              /* alltoallv: sendcounts, sdispls, recvcounts, rdispls (4 * size), owned */
     int64_t deadline_ns;     /* set when execution starts */
 
@@ -84,6 +86,7 @@ struct smddp_comm {
     smddp__shm_t *shm;
     smddp__p2p_t *p2p;       /* send/recv engine, started on first use */
     struct smddp__ofi *ofi;  /* network transport, when the comm spans nodes */
+    struct smddp__cuda *cuda; /* CUDA IPC state, set up by the first CUDA collective */
 
     /* Scheduler: the queue, guarded by lock; exec_lock is held by whoever runs ops. */
     pthread_mutex_t lock;

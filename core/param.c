@@ -83,6 +83,12 @@ static const param_row_t rows[] = {
      "let a blocking call on an idle communicator, and smddp_wait() on a request not started "
      "yet, run the operation on the caller's thread", OFF(inline_exec),
      0, NULL},
+    {"SMDDP_CUDA_BUFFER_SIZE", P_SIZE, "67108864",
+     "device staging buffer per local rank for CUDA collectives, shared with peers through CUDA "
+     "IPC (bytes; two halves, used in turn)", OFF(cuda_buffer), 0, NULL},
+    {"SMDDP_CUDA_ONESHOT_MAX", P_SIZE, "524288",
+     "CUDA allreduce: one-shot (every rank reduces every copy) up to this many bytes, two-shot "
+     "(reduce-scatter + allgather) above", OFF(cuda_oneshot_max), 0, NULL},
     {"SMDDP_OFI_PROVIDER", P_STRING, "",
      "libfabric provider between nodes (default: FI_PROVIDER's choice if set, else efa where "
      "present, else tcp;ofi_rxm)", OFF(ofi_provider), CAP(ofi_provider), NULL},

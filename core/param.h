@@ -30,6 +30,8 @@ typedef struct smddp__params {
     int simd;                   /* SMDDP_SIMD: 0 auto, 1 scalar, 2 avx2, 3 avx512 */
     int inline_exec;            /* SMDDP_INLINE: blocking ops run on caller */
     int comm_backend;           /* SMDDP_COMMUNICATION_BACKEND: 0 auto, 1 nccl */
+    int64_t cuda_buffer;        /* SMDDP_CUDA_BUFFER_SIZE bytes per rank */
+    int64_t cuda_oneshot_max;   /* SMDDP_CUDA_ONESHOT_MAX bytes */
     char ofi_provider[64];      /* SMDDP_OFI_PROVIDER: "" = FI_PROVIDER, else efa, else tcp;ofi_rxm */
 } smddp__params_t;
 

@@ -217,7 +217,8 @@ static void make_desc(const smddp__op_t *op, smddp__shm_desc_t *d)
 {
     memset(d, 0, sizeof(*d));
     d->seq = op->seq;
-    d->kind = (int32_t)op->kind;
+    /* The memory type rides in the high bits: host and CUDA steps never pair up. */
+    d->kind = (int32_t)op->kind | (int32_t)op->mem_type << 16;
     d->dtype = (int32_t)op->dtype;
     d->redop = -1;
     d->root = op->root;
@@ -237,7 +238,8 @@ smddp_status_t smddp__mismatch_error(smddp_comm_t comm, const smddp__op_t *op, i
     char mine_s[256], theirs_s[256];
     smddp__op_describe(op, mine_s, sizeof(mine_s));
     smddp__op_t other = {0};
-    other.kind = (smddp__op_kind_t)theirs.kind;
+    other.kind = (smddp__op_kind_t)(theirs.kind & 0xffff);
+    other.mem_type = (smddp_mem_type_t)(theirs.kind >> 16);
     other.seq = theirs.seq;
     other.count = theirs.count;
     other.dtype = (smddp_dtype_t)theirs.dtype;
@@ -283,6 +285,8 @@ smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op)
 
 static smddp_status_t execute(smddp_comm_t comm, smddp__op_t *op)
 {
+    if (op->mem_type == SMDDP_MEM_CUDA && op->kind != SMDDP_OP_BARRIER)
+        return smddp__cuda_execute(comm, op);
     if (comm->node_count > 1) {
         if (smddp__log_level() >= SMDDP_LOG_TRACE) {
             char desc[256];

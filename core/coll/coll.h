@@ -14,5 +14,11 @@ smddp_status_t smddp__reduce_root(smddp_comm_t comm, smddp__op_t *op);
 smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op);
 /* Any collective of a communicator that spans nodes, over the network (net.c). */
 smddp_status_t smddp__net_execute(smddp_comm_t comm, smddp__op_t *op);
+/* Any collective on CUDA device memory, inside one node (cuda/coll_cuda.c). */
+smddp_status_t smddp__cuda_execute(smddp_comm_t comm, smddp__op_t *op);
+/* Whether fn can take SMDDP_MEM_CUDA on comm here (a device, one node, a CUDA build). */
+smddp_status_t smddp__cuda_check(smddp_comm_t comm, const char *fn);
+/* Frees the CUDA IPC state (destroy). */
+void smddp__cuda_teardown(smddp_comm_t comm);
 
 #endif /* SMDDP_CORE_COLL_H */

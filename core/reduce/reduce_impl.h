@@ -38,6 +38,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "elem.h"
 #include "half.h"
 #include "reduce.h"
 #include "reduce_isa.h"
@@ -86,7 +87,7 @@ REDUCE_INLINE float ld_f32(reduce_src_t p, size_t j)
 
 REDUCE_INLINE void put_f32(unsigned char *p, size_t j, float v)
 {
-    v = v != v ? NAN : v;
+    v = smddp__canon_f32(v);
     memcpy(p + 4 * j, &v, 4);
 }
 
@@ -99,7 +100,7 @@ REDUCE_INLINE double ld_f64(reduce_src_t p, size_t j)
 
 REDUCE_INLINE void put_f64(unsigned char *p, size_t j, double v)
 {
-    v = v != v ? (double)NAN : v;
+    v = smddp__canon_f64(v);
     memcpy(p + 8 * j, &v, 8);
 }
 
@@ -111,20 +112,9 @@ REDUCE_INLINE float ld_bf16(reduce_src_t p, size_t j)
     return smddp__bf16_to_fp32(h);
 }
 
-/*
- * smddp__fp32_to_bf16's rounding spelled out, with its NaN case replaced by
- * the canonical NaN selected through a mask on the 32-bit lanes: GCC turns
- * this into a few vector instructions and one pack per two vectors, about a
- * third fewer than calling the function (which packs the NaN test apart).
- */
 REDUCE_INLINE void put_bf16(unsigned char *p, size_t j, float v)
 {
-    uint32_t x;
-    memcpy(&x, &v, 4);
-    uint32_t r = x + 0x7fffu + ((x >> 16) & 1u);
-    uint32_t nan = 0u - (uint32_t)(v != v);
-    r = (r & ~nan) | (0x7fc00000u & nan);
-    uint16_t h = (uint16_t)(r >> 16);
+    uint16_t h = smddp__store_bf16(v);
     memcpy(p + 2 * j, &h, 2);
 }
 
@@ -138,7 +128,7 @@ REDUCE_INLINE float ld_fp16(reduce_src_t p, size_t j)
 
 REDUCE_INLINE void put_fp16(unsigned char *p, size_t j, float v)
 {
-    uint16_t h = v != v ? 0x7e00 : smddp__fp32_to_fp16(v);
+    uint16_t h = smddp__store_fp16(v);
     memcpy(p + 2 * j, &h, 2);
 }
 
@@ -150,85 +140,38 @@ REDUCE_INLINE void put_fp16(unsigned char *p, size_t j, float v)
  */
 
 /*
- * Floats. min/max propagate NaN (torch.maximum) and give the right operand
- * for equal ones (+0 and -0); the inner selects are exactly MINPS/MAXPS.
+ * pre/comb/fin are elem.h's, shared with the CUDA kernels; premul and
+ * divisor convert the spec's values to the accumulation type (integers take
+ * no factor: converting an arbitrary double to them would be undefined).
  */
-#define REDUCE_DEFINE_FLOAT_OPS(ASUF, A)                                        \
+#define REDUCE_DEFINE_OPS(ASUF, A, D, PREMUL)                                           \
     REDUCE_INLINE A pre_##ASUF(A x, smddp_op_t op, A p)                         \
     {                                                                           \
-        return op == SMDDP_PREMUL_SUM ? x * p : x;                              \
+        return smddp__pre_##ASUF(x, op, p);                                     \
     }                                                                           \
     REDUCE_INLINE A comb_##ASUF(A a, A y, smddp_op_t op, A p)                   \
     {                                                                           \
-        switch (op) {                                                           \
-        case SMDDP_PROD: return a * y;                                          \
-        case SMDDP_MIN: return a != a ? a : (a < y ? a : y);                    \
-        case SMDDP_MAX: return a != a ? a : (a > y ? a : y);                    \
-        case SMDDP_PREMUL_SUM: return a + y * p;                                \
-        default: return a + y;                                                  \
-        }                                                                       \
+        return smddp__comb_##ASUF(a, y, op, p);                                 \
     }                                                                           \
-    /* AVG divides (x * (1/n) would round differently). */                      \
-    REDUCE_INLINE A fin_##ASUF(A v, smddp_op_t op, A d)                         \
+    REDUCE_INLINE A fin_##ASUF(A v, smddp_op_t op, D d)                         \
     {                                                                           \
-        return op == SMDDP_AVG ? v / d : v;                                     \
+        return smddp__fin_##ASUF(v, op, d);                                     \
     }                                                                           \
     REDUCE_INLINE A premul_##ASUF(const smddp__reduce_spec_t *spec)             \
     {                                                                           \
-        return (A)spec->premul;                                                 \
-    }                                                                           \
-    REDUCE_INLINE A divisor_##ASUF(const smddp__reduce_spec_t *spec)            \
-    {                                                                           \
-        return (A)spec->avg_div;                                                \
-    }
-
-REDUCE_DEFINE_FLOAT_OPS(f32, float)
-REDUCE_DEFINE_FLOAT_OPS(f64, double)
-
-/*
- * Integers: sums and products wrap (two's complement, like torch), computed
- * in the unsigned type U so that no signed overflow occurs; min/max compare in
- * the element type T; AVG truncates the wrapped sum towards zero, dividing in
- * D, a type wide enough for avg_div. premul does not apply.
- */
-#define REDUCE_DEFINE_INT_OPS(ASUF, T, U, D)                                    \
-    REDUCE_INLINE T pre_##ASUF(T x, smddp_op_t op, T p)                         \
-    {                                                                           \
-        (void)op;                                                               \
-        (void)p;                                                                \
-        return x;                                                               \
-    }                                                                           \
-    REDUCE_INLINE T comb_##ASUF(T a, T y, smddp_op_t op, T p)                   \
-    {                                                                           \
-        (void)p;                                                                \
-        switch (op) {                                                           \
-        case SMDDP_PROD: return (T)((U)a * (U)y);                               \
-        case SMDDP_MIN: return a < y ? a : y;                                   \
-        case SMDDP_MAX: return a > y ? a : y;                                   \
-        case SMDDP_BAND: return (T)(a & y);                                     \
-        case SMDDP_BOR: return (T)(a | y);                                      \
-        case SMDDP_BXOR: return (T)(a ^ y);                                     \
-        default: return (T)((U)a + (U)y);                                       \
-        }                                                                       \
-    }                                                                           \
-    REDUCE_INLINE T fin_##ASUF(T v, smddp_op_t op, D d)                         \
-    {                                                                           \
-        return op == SMDDP_AVG ? (T)((D)v / d) : v;                             \
-    }                                                                           \
-    REDUCE_INLINE T premul_##ASUF(const smddp__reduce_spec_t *spec)             \
-    {                                                                           \
-        (void)spec;                                                             \
-        return 0;                                                               \
+        return (A)(PREMUL);                                                     \
     }                                                                           \
     REDUCE_INLINE D divisor_##ASUF(const smddp__reduce_spec_t *spec)            \
     {                                                                           \
         return (D)spec->avg_div;                                                \
     }
 
-REDUCE_DEFINE_INT_OPS(i8, int8_t, uint8_t, int)
-REDUCE_DEFINE_INT_OPS(u8, uint8_t, uint8_t, int)
-REDUCE_DEFINE_INT_OPS(i32, int32_t, uint32_t, int32_t)
-REDUCE_DEFINE_INT_OPS(i64, int64_t, uint64_t, int64_t)
+REDUCE_DEFINE_OPS(f32, float, float, spec->premul)
+REDUCE_DEFINE_OPS(f64, double, double, spec->premul)
+REDUCE_DEFINE_OPS(i8, int8_t, int, 0 * (spec != NULL))
+REDUCE_DEFINE_OPS(u8, uint8_t, int, 0 * (spec != NULL))
+REDUCE_DEFINE_OPS(i32, int32_t, int32_t, 0 * (spec != NULL))
+REDUCE_DEFINE_OPS(i64, int64_t, int64_t, 0 * (spec != NULL))
 
 /*
  * Calls fn(args..., OP) with OP a constant matching op. The ACC variants are

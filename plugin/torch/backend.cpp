@@ -15,6 +15,8 @@
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
@@ -27,14 +29,28 @@ using namespace detail;
 
 // ---- WorkSMDDP ---------------------------------------------------------------
 
+// The CUDA device of a work's outputs, if any: its Future then carries that
+// device, so that waiting on it orders the waiter's stream after the work.
+static std::optional<c10::Device> cuda_device(const std::vector<at::Tensor>& outputs) {
+  for (const auto& t : outputs) {
+    if (t.defined() && t.is_cuda()) {
+      return t.device();
+    }
+  }
+  return std::nullopt;
+}
+
 WorkSMDDP::WorkSMDDP(int rank, c10d::OpType type, smddp_comm_t comm, uint64_t seq,
                      std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type),
-      comm_(comm),
-      seq_(seq),
-      outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+    : c10d::Work(rank, type), comm_(comm), seq_(seq), outputs_(std::move(outputs)) {
+  std::vector<c10::Device> devices;
+  if (auto dev = cuda_device(outputs_)) {
+    devices.push_back(*dev);
+    stream_ = c10::impl::getDeviceGuardImpl(dev->type())->getStream(*dev);
+  }
+  future_ = c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()), std::move(devices));
+}
 
 WorkSMDDP::~WorkSMDDP() {
   // A work dropped before it was fully issued (an issue call failed, or a
@@ -73,6 +89,11 @@ void WorkSMDDP::release_pending() {
 void WorkSMDDP::complete() {
   // Keeps this work alive to the end of the function, then lets it go.
   auto self = std::move(self_);
+  // CUDA: copies back and the Future's events go on the issuer's stream.
+  std::optional<c10::StreamGuard> guard;
+  if (stream_) {
+    guard.emplace(*stream_);
+  }
   std::exception_ptr eptr;
   {
     std::lock_guard<std::mutex> lock(error_mutex_);
@@ -131,6 +152,10 @@ bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
   cv_.wait(lock, [&] { return completed_; });
   if (exception_) {
     std::rethrow_exception(exception_);
+  }
+  if (stream_) {
+    // Orders the caller's current stream after the work (no host wait).
+    future_->wait();
   }
   return true;
 }
@@ -246,6 +271,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::enqueue(
     const c10::intrusive_ptr<WorkSMDDP>& work) {
   work->self_ = work;
   work->release_pending();
+  if (work->stream_) {
+    // CUDA: put the operation on the stream now, so that whatever the caller
+    // enqueues next comes after it, as with NCCL. smddp_wait runs a request
+    // that has not started on this thread; it returns once the work is
+    // enqueued, without waiting for the GPU. Failures surface in wait().
+    for (auto req : work->requests_) {
+      (void)smddp_wait(req, SMDDP_WAIT_DEFAULT);
+    }
+  }
   return work;
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,10 @@ class WorkSMDDP : public c10d::Work {
   std::vector<std::function<void()>> finalizers_;  // copies back, in order
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   c10::intrusive_ptr<WorkSMDDP> self_;  // set while not completed
+  // CUDA works: the issuing thread's current stream on the outputs' device.
+  // Completion (copies back, the Future's events) runs on it, whichever
+  // thread completes the work.
+  std::optional<c10::Stream> stream_;
   std::atomic<int> pending_{1};         // unfinished requests, + 1 while issuing
   std::mutex error_mutex_;
   std::string error_;                   // the first failed request's message

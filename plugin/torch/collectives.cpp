@@ -224,7 +224,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter_tensor_coalesce
   TORCH_CHECK(outputs.size() == inputs.size(),
               "smddp reduce_scatter_tensor_coalesced: ", outputs.size(), " outputs but ",
               inputs.size(), " inputs");
-  auto work = new_work(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs);
+  // COALESCED: torch 2.11's OpType has no REDUCE_SCATTER_TENSOR_COALESCED.
+  auto work = new_work(c10d::OpType::COALESCED, outputs);
   for (size_t i = 0; i < inputs.size(); ++i) {
     issue_reduce_scatter_base(work, outputs[i], inputs[i], opts.reduceOp);
   }
@@ -278,9 +279,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall_base(
   at::Tensor in = stage_in(*work, input);
   at::Tensor out = stage_inout(*work, output);
   smddp_coll_attr_t attr = attr_for(in);
-  issue(*work, "alltoall_base", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
-    return smddp_alltoallv(comm_, in.data_ptr(), scounts.data(), sdispls.data(), out.data_ptr(), rcounts.data(), rdispls.data(), dt, a, r);
-  });
+  if (inputSplitSizes.empty() && outputSplitSizes.empty()) {
+    // Equal splits (all_to_all_single without sizes): the plain all-to-all,
+    // which CUDA memory supports too. The split form stays alltoallv even
+    // when its sizes happen to be equal, so that every rank issues the same
+    // operation whatever sizes its peers pass.
+    TORCH_CHECK(scounts[0] == rcounts[0], "smddp alltoall_base: without split sizes the input (",
+                input.sizes(), ") and output (", output.sizes(), ") must have the same size");
+    issue(*work, "alltoall_base", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+      return smddp_alltoall(comm_, in.data_ptr(), out.data_ptr(), scounts[0], dt, a, r);
+    });
+  } else {
+    issue(*work, "alltoall_base", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+      return smddp_alltoallv(comm_, in.data_ptr(), scounts.data(), sdispls.data(), out.data_ptr(), rcounts.data(), rdispls.data(), dt, a, r);
+    });
+  }
   return enqueue(work);
 }
 

@@ -3,6 +3,8 @@
 // the error text of a failed C call.
 #include "convert.hpp"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <sstream>
 
 #include <c10/util/Exception.h>
@@ -67,7 +69,8 @@ SmddpOp to_smddp_op(const c10d::ReduceOp& rop) {
     case c10d::ReduceOp::BXOR:
       return {SMDDP_BXOR, 1.0};
     case c10d::ReduceOp::PREMUL_SUM: {
-      const auto* sup = dynamic_cast<const c10d::PreMulSumSupplement*>(rop.supplement_.get());
+      // NCCLPreMulSumSupplement: the name in torch 2.11, an alias since.
+      const auto* sup = dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(rop.supplement_.get());
       TORCH_CHECK(sup != nullptr,
                   "smddp: PREMUL_SUM without its factor; create it with "
                   "torch.distributed._make_nccl_premul_sum(factor)");
@@ -100,6 +103,13 @@ void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* fn) 
 smddp_coll_attr_t attr_for(const at::Tensor& t, double factor) {
   smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
   attr.mem_type = t.is_cuda() ? SMDDP_MEM_CUDA : SMDDP_MEM_HOST;
+  if (t.is_cuda()) {
+    // The caller's current stream, through the device-generic interface (no
+    // link to c10_cuda): libsmddp enqueues the operation on it.
+    attr.stream = c10::impl::getDeviceGuardImpl(t.device().type())
+                      ->getStream(t.device())
+                      .native_handle();
+  }
   attr.premul_factor = factor;
   return attr;
 }

@@ -43,3 +43,8 @@ if PACKAGE_IMPORT_ERROR is not None:
     stand_in.__path__ = stand_in.__spec__.submodule_search_locations
     stand_in.STAND_IN_FOR = f"{type(PACKAGE_IMPORT_ERROR).__name__}: {PACKAGE_IMPORT_ERROR}"
     sys.modules["smddp"] = stand_in
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "gpu: needs a CUDA device; skipped, saying so, where torch sees none")

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# One script for a GPU machine: build, GPU tests, GPU benchmarks.
+#
+#   bash bench/gpu_check.sh [OUT_DIR]
+#
+# Needs: nvcc, meson, ninja, a C compiler, and a python3 with torch (CUDA) and
+# pytest. No package registry is used; libfabric and CMocka are optional.
+# Steps (each bounded by a timeout, each reported, the script goes on after
+# a failure and exits non-zero if any step failed):
+#   1. build (meson, -Dcuda=enabled -Dtorch=enabled) into build-gpu/
+#   2. meson test --suite gpu: kernels bit for bit against the CPU kernels,
+#      every CUDA collective on 2 and 4 ranks sharing GPU 0
+#   3. reduction kernel bandwidth against cudaMemcpy D2D (same run)
+#   4. CUDA allreduce/allgather/reduce_scatter, 2 and 4 ranks, C API
+#   5. the backend on CUDA tensors through torch: pytest test/python/test_gpu.py
+#   6. bench/gpu_torch_bench.py: 2 and 4 ranks through torch beside torch's add
+# Logs go to OUT_DIR (default build-gpu/check); a summary line ends the run.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-gpu}
+OUT=${1:-$BUILD/check}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+failed=()
+start=$(date +%s)
+
+step() {  # step NAME TIMEOUT_S command...
+    local name=$1 limit=$2; shift 2
+    local t0=$(date +%s)
+    echo "== $name (limit ${limit}s) =="
+    timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
+    local rc=${PIPESTATUS[0]}
+    echo "== $name: rc=$rc, $(( $(date +%s) - t0 )) s =="
+    [ "$rc" -eq 0 ] || failed+=("$name(rc=$rc)")
+    return "$rc"
+}
+
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    nvcc --version | tail -1
+    $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+    meson --version
+} 2>&1 | tee "$OUT/env.log"
+
+build() {
+    if [ ! -f "$BUILD/build.ninja" ]; then
+        meson setup "$BUILD" -Dbuildtype=release -Dcuda=enabled -Dtorch=enabled \
+            -Dgpu_archs=${GPU_ARCHS:-80,90} || return 1
+    fi
+    ninja -C "$BUILD"
+}
+export -f build; export BUILD
+step build 300 bash -c build || { echo "gpu_check: build failed"; echo "gpu_check: 0 passed, 1 failed"; exit 1; }
+
+step gpu_tests 180 meson test -C "$BUILD" --suite gpu --verbose --no-rebuild
+step kernel_bench 60 "$BUILD/bench/smddp_gpu_bench" kernel -e 1G
+step coll_bench_2 60 "$BUILD/bench/smddp_gpu_bench" coll -p 2 -b 1M -e 256M
+step coll_bench_4 90 "$BUILD/bench/smddp_gpu_bench" coll -p 4 -b 1M -e 256M
+
+# The package from the build tree (no pip install: no registry, no meson-python).
+PKG=$(cd "$BUILD" && pwd)/pkg
+rm -rf "$PKG" && mkdir -p "$PKG/smddp"
+cp -r plugin/python/smddp/. "$PKG/smddp/"
+cp plugin/python/smddp_autoload.py "$PKG/"
+cp "$BUILD"/plugin/torch/_C*.so "$BUILD"/plugin/torch/libsmddp.so "$PKG/smddp/"
+export PYTHONPATH=$PKG${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+
+step torch_tests 240 $PY -m pytest test/python/test_gpu.py -v -p no:cacheprovider
+step torch_bench 180 $PY bench/gpu_torch_bench.py --ranks 2 4 --max-bytes 256M
+
+total=6
+nfail=${#failed[@]}
+echo "gpu_check: $(( $(date +%s) - start )) s; failed steps: ${failed[*]:-none}"
+echo "gpu_check: $(( total - nfail )) passed, $nfail failed"
+[ "$nfail" -eq 0 ]

@@ -1,0 +1,407 @@
+/*
+ * GPU tests (meson test --suite gpu): the CUDA reduction kernels against the
+ * CPU kernels, bit for bit, and every CUDA collective on 2 and 4 ranks that
+ * share the machine's GPUs (all on device 0 when there is one).
+ *
+ * Plain C with the unit tests' fork harness and no CMocka, so that it builds
+ * on GPU machines that lack it. Exits 77 (meson's "skipped") with the reason
+ * when no CUDA device is usable. CUDA is only touched in forked children: a
+ * CUDA context does not survive fork().
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "../unit/harness.h"
+#include "cuda/kernels.h"
+#include "reduce/half.h"
+#include "reduce/reduce.h"
+
+#define CU(call)                                                                       \
+    do {                                                                               \
+        cudaError_t e_ = (call);                                                       \
+        H_CHECK(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));           \
+    } while (0)
+
+static int failures;
+
+/* Runs fn in a child; returns its exit status (or 128 + signal). */
+static int in_child(int (*fn)(void *), void *arg)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int rc = fn(arg);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(rc);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int probe(void *arg)
+{
+    (void)arg;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        printf("SKIP: no CUDA device usable here (%s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 77;
+    }
+    struct cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    printf("GPU 0: %s, %d SMs, %.1f GiB\n", prop.name, prop.multiProcessorCount,
+           (double)prop.totalGlobalMem / (1 << 30));
+    return 0;
+}
+
+/* ---- inputs ------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+/*
+ * Element i of source s: spread values with a sprinkling of the special
+ * cases (NaN, infinities, signed zeros, subnormals) for float types.
+ */
+static void fill(smddp_dtype_t dt, void *buf, size_t n, int s, uint64_t seed, bool specials)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t r = mix(seed * 1000003u + (uint64_t)s * 7919u + i);
+        double v = (double)(int64_t)(r % 2001) / 16.0 - 62.5;
+        int special = specials ? (int)(r >> 40) % 64 : -1;
+        if (special == 0) v = NAN;
+        if (special == 1) v = INFINITY;
+        if (special == 2) v = -INFINITY;
+        if (special == 3) v = -0.0;
+        if (special == 4) v = 1e-40;  /* fp32 subnormal */
+        if (special == 5) v = 3e-6;   /* fp16 subnormal */
+        switch (dt) {
+        case SMDDP_INT8: ((int8_t *)buf)[i] = (int8_t)r; break;
+        case SMDDP_UINT8: ((uint8_t *)buf)[i] = (uint8_t)r; break;
+        case SMDDP_INT32: ((int32_t *)buf)[i] = (int32_t)(r >> 7); break;
+        case SMDDP_INT64: ((int64_t *)buf)[i] = (int64_t)(r >> 3); break;
+        case SMDDP_FLOAT16: ((uint16_t *)buf)[i] = smddp__fp32_to_fp16((float)v); break;
+        case SMDDP_BFLOAT16: ((uint16_t *)buf)[i] = smddp__fp32_to_bf16((float)v); break;
+        case SMDDP_FLOAT32: ((float *)buf)[i] = (float)v; break;
+        case SMDDP_FLOAT64: ((double *)buf)[i] = v; break;
+        default: break;
+        }
+    }
+}
+
+/* ---- kernels against the CPU ------------------------------------------- */
+
+static const smddp_op_t all_ops[] = {SMDDP_SUM, SMDDP_PROD, SMDDP_MIN, SMDDP_MAX, SMDDP_AVG,
+                                     SMDDP_PREMUL_SUM, SMDDP_BAND, SMDDP_BOR, SMDDP_BXOR};
+
+static int kernels(void *arg)
+{
+    (void)arg;
+    const int nsrcs[] = {1, 2, 3, 5, 16};
+    const size_t counts[] = {1, 7, 4099, 100003};
+    const size_t maxn = 100003 + 8, es_max = 8;
+    CU(cudaSetDevice(0));
+    char *dsrc[16], *ddst;
+    for (int s = 0; s < 16; s++) CU(cudaMalloc((void **)&dsrc[s], maxn * es_max + 64));
+    CU(cudaMalloc((void **)&ddst, maxn * es_max + 64));
+    char *hsrc[16], *want = malloc(maxn * es_max), *got = malloc(maxn * es_max);
+    for (int s = 0; s < 16; s++) hsrc[s] = malloc(maxn * es_max);
+    int checked = 0, bad = 0;
+    for (int dt = 0; dt < SMDDP_DTYPE_COUNT; dt++) {
+        size_t es = smddp_dtype_size((smddp_dtype_t)dt);
+        for (size_t oi = 0; oi < sizeof(all_ops) / sizeof(all_ops[0]); oi++) {
+            smddp_op_t op = all_ops[oi];
+            if (!smddp__reduce_valid((smddp_dtype_t)dt, op)) continue;
+            for (size_t ni = 0; ni < sizeof(nsrcs) / sizeof(nsrcs[0]); ni++)
+                for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+                    for (int shift = 0; shift < 2; shift++) {
+                        int nsrc = nsrcs[ni];
+                        size_t n = counts[ci];
+                        /* shift 1: every pointer off 16-byte alignment by one element. */
+                        size_t off = shift ? es : 0;
+                        const void *hs[16], *ds[16];
+                        for (int s = 0; s < nsrc; s++) {
+                            fill((smddp_dtype_t)dt, hsrc[s], n, s, (uint64_t)(dt * 100 + oi), true);
+                            CU(cudaMemcpy(dsrc[s] + off, hsrc[s], n * es, cudaMemcpyHostToDevice));
+                            hs[s] = hsrc[s];
+                            ds[s] = dsrc[s] + off;
+                        }
+                        smddp__reduce_spec_t spec = {(smddp_dtype_t)dt, op, 0.375, op == SMDDP_AVG ? nsrc : 0};
+                        if (op == SMDDP_AVG && ci % 2) spec.avg_div = 0; /* a partial step */
+                        smddp__reduce(&spec, want, hs, nsrc, n);
+                        int e = smddp__cuda_reduce(&spec, ddst + off, ds, nsrc, n, NULL);
+                        H_CHECK(e == 0, "smddp__cuda_reduce: %s", cudaGetErrorString((cudaError_t)e));
+                        CU(cudaDeviceSynchronize());
+                        CU(cudaMemcpy(got, ddst + off, n * es, cudaMemcpyDeviceToHost));
+                        checked++;
+                        if (memcmp(want, got, n * es) != 0) {
+                            size_t i = 0;
+                            while (memcmp(want + i * es, got + i * es, es) == 0) i++;
+                            if (bad++ < 10)
+                                fprintf(stderr, "kernel mismatch: %s %s nsrc %d count %zu%s: element "
+                                        "%zu differs\n", smddp_dtype_name((smddp_dtype_t)dt),
+                                        smddp_op_name(op), nsrc, n, shift ? " (unaligned)" : "", i);
+                        }
+                    }
+        }
+    }
+    /* dst == a source: in place. */
+    {
+        size_t n = 4099;
+        const void *ds[2] = {dsrc[0], dsrc[1]}, *hs[2] = {hsrc[0], hsrc[1]};
+        fill(SMDDP_FLOAT32, hsrc[0], n, 0, 9, false);
+        fill(SMDDP_FLOAT32, hsrc[1], n, 1, 9, false);
+        CU(cudaMemcpy(dsrc[0], hsrc[0], n * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dsrc[1], hsrc[1], n * 4, cudaMemcpyHostToDevice));
+        smddp__reduce_spec_t spec = {SMDDP_FLOAT32, SMDDP_SUM, 1.0, 0};
+        smddp__reduce(&spec, want, hs, 2, n);
+        H_CHECK(smddp__cuda_reduce(&spec, dsrc[0], ds, 2, n, NULL) == 0, "in-place launch");
+        CU(cudaMemcpy(got, dsrc[0], n * 4, cudaMemcpyDeviceToHost));
+        checked++;
+        if (memcmp(want, got, n * 4) != 0) bad++, fprintf(stderr, "in-place reduction differs\n");
+    }
+    printf("kernels: %d cases against the CPU kernels, %d differ\n", checked, bad);
+    return bad ? 1 : 0;
+}
+
+/* ---- collectives ---------------------------------------------------------- */
+
+typedef struct coll_case {
+    smddp_dtype_t dt;
+    smddp_op_t op;
+    size_t count;
+} coll_case_t;
+
+static void *dalloc(size_t bytes)
+{
+    void *p = NULL;
+    CU(cudaMalloc(&p, bytes ? bytes : 1));
+    return p;
+}
+
+static void expect_same(const void *want, const void *dptr, size_t bytes, const char *what, int rank)
+{
+    char *got = malloc(bytes ? bytes : 1);
+    CU(cudaMemcpy(got, dptr, bytes, cudaMemcpyDeviceToHost));
+    if (memcmp(want, got, bytes) != 0) {
+        size_t i = 0;
+        while (((const char *)want)[i] == got[i]) i++;
+        H_CHECK(false, "rank %d: %s: byte %zu of %zu differs", rank, what, i, bytes);
+    }
+    free(got);
+}
+
+static void run_colls(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    int ndev = 0;
+    CU(cudaGetDeviceCount(&ndev));
+    CU(cudaSetDevice(0));
+    cudaStream_t stream;
+    CU(cudaStreamCreate(&stream));
+    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+    attr.mem_type = SMDDP_MEM_CUDA;
+    attr.stream = stream;
+    attr.premul_factor = 0.5;
+
+    const coll_case_t cases[] = {
+        {SMDDP_FLOAT32, SMDDP_SUM, 1000},      /* one-shot */
+        {SMDDP_FLOAT32, SMDDP_AVG, 700001},    /* two-shot, chunked (1 MiB buffer) */
+        {SMDDP_BFLOAT16, SMDDP_SUM, 300007},
+        {SMDDP_FLOAT16, SMDDP_PREMUL_SUM, 5000},
+        {SMDDP_INT32, SMDDP_MAX, 262147},
+        {SMDDP_INT8, SMDDP_BXOR, 33},
+        {SMDDP_FLOAT64, SMDDP_MIN, 140000},
+    };
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        coll_case_t c = cases[ci];
+        size_t es = smddp_dtype_size(c.dt), n = c.count, bytes = n * es;
+        char **host = malloc((size_t)size * sizeof(char *));
+        const void **hp = malloc((size_t)size * sizeof(void *));
+        for (int r = 0; r < size; r++) {
+            host[r] = malloc(bytes * (size_t)size);
+            fill(c.dt, host[r], n * (size_t)size, r, ci, false);
+            hp[r] = host[r];
+        }
+        char *want = malloc(bytes * (size_t)size);
+        smddp__reduce_spec_t spec = {c.dt, c.op, 0.5, c.op == SMDDP_AVG ? size : 0};
+        char desc[96];
+        snprintf(desc, sizeof(desc), "%zu x %s %s", n, smddp_dtype_name(c.dt), smddp_op_name(c.op));
+
+        /* allreduce, out of place and in place */
+        char *in = dalloc(bytes * (size_t)size), *out = dalloc(bytes * (size_t)size);
+        CU(cudaMemcpy(in, host[rank], bytes, cudaMemcpyHostToDevice));
+        smddp_request_t req;
+        H_CHECK(smddp_allreduce(comm, in, out, (int64_t)n, c.dt, c.op, &attr, &req) == SMDDP_OK,
+                "allreduce: %s", smddp_get_last_error(comm));
+        H_CHECK(smddp_wait(req, SMDDP_WAIT_DEFAULT) == SMDDP_OK, "allreduce wait: %s",
+                smddp_get_last_error(comm));
+        smddp_request_free(req);
+        CU(cudaStreamSynchronize(stream));
+        smddp__reduce(&spec, want, hp, size, n);
+        char what[160];
+        snprintf(what, sizeof(what), "allreduce %s", desc);
+        expect_same(want, out, bytes, what, rank);
+        H_CHECK(smddp_allreduce(comm, in, in, (int64_t)n, c.dt, c.op, &attr, NULL) == SMDDP_OK,
+                "allreduce in place: %s", smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        snprintf(what, sizeof(what), "allreduce in place %s", desc);
+        expect_same(want, in, bytes, what, rank);
+
+        /* reduce_scatter: block r of every rank's input */
+        CU(cudaMemcpy(in, host[rank], bytes * (size_t)size, cudaMemcpyHostToDevice));
+        H_CHECK(smddp_reduce_scatter(comm, in, out, (int64_t)n, c.dt, c.op, &attr, NULL) == SMDDP_OK,
+                "reduce_scatter: %s", smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        {
+            const void **blk = malloc((size_t)size * sizeof(void *));
+            for (int r = 0; r < size; r++) blk[r] = host[r] + (size_t)rank * bytes;
+            smddp__reduce(&spec, want, blk, size, n);
+            free(blk);
+        }
+        snprintf(what, sizeof(what), "reduce_scatter %s", desc);
+        expect_same(want, out, bytes, what, rank);
+
+        /* reduce to the last rank */
+        CU(cudaMemcpy(in, host[rank], bytes, cudaMemcpyHostToDevice));
+        CU(cudaMemset(out, 0, bytes));
+        H_CHECK(smddp_reduce(comm, in, out, (int64_t)n, c.dt, c.op, size - 1, &attr, NULL) == SMDDP_OK,
+                "reduce: %s", smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        if (rank == size - 1) {
+            smddp__reduce(&spec, want, hp, size, n);
+            snprintf(what, sizeof(what), "reduce %s", desc);
+            expect_same(want, out, bytes, what, rank);
+        }
+
+        /* allgather and gather: rank order */
+        for (int r = 0; r < size; r++) memcpy(want + (size_t)r * bytes, host[r], bytes);
+        CU(cudaMemcpy(in, host[rank], bytes, cudaMemcpyHostToDevice));
+        H_CHECK(smddp_allgather(comm, in, out, (int64_t)n, c.dt, &attr, NULL) == SMDDP_OK,
+                "allgather: %s", smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        expect_same(want, out, bytes * (size_t)size, "allgather", rank);
+        CU(cudaMemset(out, 0, bytes * (size_t)size));
+        H_CHECK(smddp_gather(comm, in, out, (int64_t)n, c.dt, 0, &attr, NULL) == SMDDP_OK,
+                "gather: %s", smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        if (rank == 0) expect_same(want, out, bytes * (size_t)size, "gather", rank);
+
+        /* broadcast from rank 1 */
+        CU(cudaMemcpy(in, host[rank], bytes, cudaMemcpyHostToDevice));
+        H_CHECK(smddp_broadcast(comm, in, (int64_t)n, c.dt, 1, &attr, NULL) == SMDDP_OK,
+                "broadcast: %s", smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        expect_same(host[1], in, bytes, "broadcast", rank);
+
+        /* scatter from rank 0; alltoall */
+        CU(cudaMemcpy(in, host[rank], bytes * (size_t)size, cudaMemcpyHostToDevice));
+        H_CHECK(smddp_scatter(comm, in, out, (int64_t)n, c.dt, 0, &attr, NULL) == SMDDP_OK,
+                "scatter: %s", smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        expect_same(host[0] + (size_t)rank * bytes, out, bytes, "scatter", rank);
+        H_CHECK(smddp_alltoall(comm, in, out, (int64_t)n, c.dt, &attr, NULL) == SMDDP_OK,
+                "alltoall: %s", smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        for (int r = 0; r < size; r++)
+            memcpy(want + (size_t)r * bytes, host[r] + (size_t)rank * bytes, bytes);
+        expect_same(want, out, bytes * (size_t)size, "alltoall", rank);
+
+        CU(cudaFree(in));
+        CU(cudaFree(out));
+        for (int r = 0; r < size; r++) free(host[r]);
+        free(host);
+        free(hp);
+        free(want);
+    }
+
+    /*
+     * 40 allreduces back to back with no host sync, alternating two streams,
+     * each on its own buffers, then one check of them all: a rank reusing a
+     * staging half before every peer has read it (on either stream) would
+     * corrupt some result.
+     */
+    {
+        enum { ROUNDS = 40 };
+        size_t n = 1 << 18;
+        cudaStream_t s2;
+        CU(cudaStreamCreate(&s2));
+        uint32_t *h = malloc(n * 4), *want = malloc(n * 4);
+        uint32_t *bufs[ROUNDS];
+        for (int k = 0; k < ROUNDS; k++) {
+            bufs[k] = dalloc(n * 4);
+            for (size_t i = 0; i < n; i++) h[i] = (uint32_t)mix(((uint64_t)k * 64 + rank) * n + i);
+            CU(cudaMemcpy(bufs[k], h, n * 4, cudaMemcpyHostToDevice));
+        }
+        for (int k = 0; k < ROUNDS; k++) {
+            smddp_coll_attr_t a = attr;
+            a.stream = (k & 1) ? s2 : stream;
+            H_CHECK(smddp_allreduce(comm, bufs[k], bufs[k], (int64_t)n, SMDDP_INT32, SMDDP_SUM, &a,
+                                    NULL) == SMDDP_OK,
+                    "round %d: %s", k, smddp_get_last_error(comm));
+        }
+        CU(cudaDeviceSynchronize());
+        for (int k = 0; k < ROUNDS; k++) {
+            for (size_t i = 0; i < n; i++) {
+                uint32_t v = 0;
+                for (int r = 0; r < size; r++) v += (uint32_t)mix(((uint64_t)k * 64 + r) * n + i);
+                want[i] = v;
+            }
+            char what[64];
+            snprintf(what, sizeof(what), "back-to-back allreduce %d of %d", k, ROUNDS);
+            expect_same(want, bufs[k], n * 4, what, rank);
+            CU(cudaFree(bufs[k]));
+        }
+        CU(cudaStreamDestroy(s2));
+        free(h);
+        free(want);
+    }
+
+    /* A host buffer passed as CUDA memory is refused with a clear error. */
+    {
+        float hbuf[4] = {0};
+        smddp_status_t st = smddp_allreduce(comm, hbuf, hbuf, 4, SMDDP_FLOAT32, SMDDP_SUM, &attr, NULL);
+        H_CHECK(st == SMDDP_ERR_INVALID_ARGUMENT && strstr(smddp_get_last_error(comm), "not CUDA device memory"),
+                "host buffer as CUDA: status %d, %s", (int)st, smddp_get_last_error(comm));
+    }
+    CU(cudaStreamDestroy(stream));
+    (void)ndev;
+}
+
+int main(void)
+{
+    int st = in_child(probe, NULL);
+    if (st == 77) return 77;
+    if (st != 0) {
+        printf("FAIL: probing the GPU failed (status %d)\n", st);
+        return 1;
+    }
+    for (int n = 2; n <= 4; n += 2) {
+        harness_opts_t opts = {0};
+        opts.env = "SMDDP_CUDA_BUFFER_SIZE=1048576";
+        opts.timeout_s = 240;
+        int bad = harness_run(n, run_colls, NULL, &opts);
+        printf("%s: CUDA collectives on %d ranks sharing GPU 0\n", bad ? "FAIL" : "PASS", n);
+        failures += bad != 0;
+    }
+    st = in_child(kernels, NULL);
+    printf("%s: CUDA kernels bit for bit against the CPU kernels\n", st ? "FAIL" : "PASS");
+    failures += st != 0;
+    return failures ? 1 : 0;
+}
