@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "cuda/nccl.h"
 #include "comm.h"
 #include "param.h"
 
@@ -206,6 +207,19 @@ static smddp_status_t check_host_only(const coll_check_t *c, const smddp_coll_at
         return fail(c->comm, smddp__error(SMDDP_ERR_NOT_SUPPORTED,
                                           "%s: CUDA memory is not supported by this call yet; "
                                           "stage through host memory (SMDDP_MEM_HOST)", c->fn));
+    return SMDDP_OK;
+}
+
+/* For the calls whose CUDA form only NCCL serves. */
+static smddp_status_t check_via_nccl(const coll_check_t *c, const smddp_coll_attr_t *attr)
+{
+    const char *why = NULL;
+    if (attr && attr->mem_type == SMDDP_MEM_CUDA && !smddp__nccl(&why))
+        return fail(c->comm, smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                                          "%s: on CUDA memory this call goes through NCCL, which "
+                                          "could not be loaded (%s); set SMDDP_NCCL_LIBRARY, or "
+                                          "stage through host memory (SMDDP_MEM_HOST)",
+                                          c->fn, why));
     return SMDDP_OK;
 }
 
@@ -413,7 +427,7 @@ smddp_status_t smddp_alltoallv(smddp_comm_t comm, const void *sendbuf, const int
 {
     coll_check_t c = {"smddp_alltoallv", comm};
     SMDDP_CHECK(check_common(&c, attr));
-    SMDDP_CHECK(check_host_only(&c, attr));
+    SMDDP_CHECK(check_via_nccl(&c, attr));
     SMDDP_CHECK(check_dtype(&c, dtype));
     SMDDP_CHECK(check_v(&c, "sendcounts", sendcounts, "sdispls", sdispls, dtype));
     SMDDP_CHECK(check_v(&c, "recvcounts", recvcounts, "rdispls", rdispls, dtype));

@@ -9,11 +9,13 @@
 # a failure and exits non-zero if any step failed):
 #   1. build (meson, -Dcuda=enabled -Dtorch=enabled) into build-gpu/
 #   2. meson test --suite gpu: kernels bit for bit against the CPU kernels,
-#      every CUDA collective on 2 and 4 ranks sharing GPU 0
+#      every CUDA collective on 2 and 4 ranks sharing GPU 0, the NCCL
+#      interposer and the collectives routed to NCCL (one rank)
 #   3. reduction kernel bandwidth against cudaMemcpy D2D (same run)
 #   4. CUDA allreduce/allgather/reduce_scatter, 2 and 4 ranks, C API
 #   5. the backend on CUDA tensors through torch: pytest test/python/test_gpu.py
 #   6. bench/gpu_torch_bench.py: 2 and 4 ranks through torch beside torch's add
+#   7. torch's nccl backend with libsmddp preloaded: the interposer serves it
 # Logs go to OUT_DIR (default build-gpu/check); a summary line ends the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +54,13 @@ build() {
 export -f build; export BUILD
 step build 300 bash -c build || { echo "gpu_check: build failed"; echo "gpu_check: 0 passed, 1 failed"; exit 1; }
 
+# The real NCCL for the NCCL tests: SMDDP_NCCL_LIBRARY, else torch's (nvidia-nccl wheel).
+if [ -z "${SMDDP_NCCL_LIBRARY:-}" ]; then
+    SMDDP_NCCL_LIBRARY=$($PY -c 'import glob, os, nvidia.nccl as n; print(sorted(glob.glob(os.path.join(list(n.__path__)[0], "lib", "libnccl.so*")))[0])' 2>/dev/null || true)
+fi
+export SMDDP_NCCL_LIBRARY
+echo "NCCL library: ${SMDDP_NCCL_LIBRARY:-(not found; libnccl.so.2 from the loader path)}"
+
 step gpu_tests 180 meson test -C "$BUILD" --suite gpu --verbose --no-rebuild
 step kernel_bench 60 "$BUILD/bench/smddp_gpu_bench" kernel -e 1G
 step coll_bench_2 60 "$BUILD/bench/smddp_gpu_bench" coll -p 2 -b 1M -e 256M
@@ -68,8 +77,9 @@ export PYTHONUNBUFFERED=1
 
 step torch_tests 240 $PY -m pytest test/python/test_gpu.py -v -p no:cacheprovider
 step torch_bench 180 $PY bench/gpu_torch_bench.py --ranks 2 4 --max-bytes 256M
+step nccl_preload 120 $PY test/gpu/nccl_preload.py "$PKG/smddp/libsmddp.so"
 
-total=6
+total=7
 nfail=${#failed[@]}
 echo "gpu_check: $(( $(date +%s) - start )) s; failed steps: ${failed[*]:-none}"
 echo "gpu_check: $(( total - nfail )) passed, $nfail failed"

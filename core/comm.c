@@ -11,6 +11,7 @@
 
 #include "comm.h"
 #include "coll/coll.h"
+#include "cuda/nccl.h"
 #include "param.h"
 #include "transport/ofi.h"
 #include "transport/shm.h"
@@ -117,7 +118,7 @@ void smddp__store_unref(smddp__store_ref_t *s)
 
 /* ---- creation ------------------------------------------------------------- */
 
-static void node_name(char *out, size_t cap)
+void smddp__node_name(char *out, size_t cap)
 {
     const smddp__params_t *params = smddp__params();
     if (params->hostname[0]) {
@@ -135,7 +136,7 @@ static smddp_status_t discover_topology(smddp_comm_t comm)
     char(*names)[HOSTNAME_MAX] = NULL;
     smddp_status_t st = SMDDP_OK;
 
-    node_name(mine, sizeof(mine));
+    smddp__node_name(mine, sizeof(mine));
     snprintf(key, sizeof(key), "%s/host/%d", comm->prefix, comm->rank);
     SMDDP_CHECK(smddp__store_set(comm->store, key, mine, strlen(mine) + 1));
 
@@ -233,6 +234,10 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
                "shm%s%s", comm->prefix, comm->rank, comm->size, comm->local_rank,
                comm->local_size, comm->node_count, comm->ofi ? ", ofi " : "",
                comm->ofi ? smddp__ofi_provider(comm) : "");
+    static atomic_int said_nccl_mode;
+    if (smddp__params()->comm_backend == 1 && !atomic_exchange(&said_nccl_mode, 1))
+        SMDDP_INFO("SMDDP_COMMUNICATION_BACKEND=nccl: CUDA collectives go through NCCL; "
+                   "host-memory ones stay on smddp's core");
     *out = comm;
     return SMDDP_OK;
 
@@ -280,6 +285,7 @@ smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
 {
     smddp__sched_stop(comm);
     smddp__p2p_stop(comm);
+    smddp__nccl_teardown(comm);
     smddp__cuda_teardown(comm);
     smddp__shm_teardown(comm);
     smddp__ofi_teardown(comm);

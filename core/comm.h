@@ -87,6 +87,7 @@ struct smddp_comm {
     smddp__p2p_t *p2p;       /* send/recv engine, started on first use */
     struct smddp__ofi *ofi;  /* network transport, when the comm spans nodes */
     struct smddp__cuda *cuda; /* CUDA IPC state, set up by the first CUDA collective */
+    struct ncclComm *nccl;   /* NCCL communicator, created by the first collective routed to it */
 
     /* Scheduler: the queue, guarded by lock; exec_lock is held by whoever runs ops. */
     pthread_mutex_t lock;
@@ -125,6 +126,8 @@ void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg
 void smddp__comm_adopt_peer_abort(smddp_comm_t comm);
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm);
 void smddp__comm_set_last_error(smddp_comm_t comm, const char *msg);
+/* This process's node name (SMDDP_HOSTNAME, else the host name). */
+void smddp__node_name(char *out, size_t cap);
 
 /* Store access, serialised per store. Errors carry the key in the message. */
 smddp_status_t smddp__store_set(smddp__store_ref_t *s, const char *key, const void *v, size_t len);

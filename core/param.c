@@ -89,6 +89,9 @@ static const param_row_t rows[] = {
     {"SMDDP_CUDA_ONESHOT_MAX", P_SIZE, "524288",
      "CUDA allreduce: one-shot (every rank reduces every copy) up to this many bytes, two-shot "
      "(reduce-scatter + allgather) above", OFF(cuda_oneshot_max), 0, NULL},
+    {"SMDDP_NCCL_LIBRARY", P_STRING, "",
+     "NCCL library loaded at run time for the CUDA collectives smddp hands to NCCL (default: "
+     "libnccl.so.2 from the loader's search path)", OFF(nccl_library), CAP(nccl_library), NULL},
     {"SMDDP_OFI_PROVIDER", P_STRING, "",
      "libfabric provider between nodes (default: FI_PROVIDER's choice if set, else efa where "
      "present, else tcp;ofi_rxm)", OFF(ofi_provider), CAP(ofi_provider), NULL},

@@ -32,6 +32,7 @@ typedef struct smddp__params {
     int comm_backend;           /* SMDDP_COMMUNICATION_BACKEND: 0 auto, 1 nccl */
     int64_t cuda_buffer;        /* SMDDP_CUDA_BUFFER_SIZE bytes per rank */
     int64_t cuda_oneshot_max;   /* SMDDP_CUDA_ONESHOT_MAX bytes */
+    char nccl_library[256];     /* SMDDP_NCCL_LIBRARY: "" = libnccl.so.2 */
     char ofi_provider[64];      /* SMDDP_OFI_PROVIDER: "" = FI_PROVIDER, else efa, else tcp;ofi_rxm */
 } smddp__params_t;
 

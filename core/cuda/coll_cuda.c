@@ -34,6 +34,7 @@
 #include "../coll/coll.h"
 #include "../param.h"
 #include "../transport/shm.h"
+#include "nccl.h"
 
 #if SMDDP_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -469,16 +470,21 @@ static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op)
     else if (comm->cuda) dev = comm->cuda->device;
     else CUDA_TRY(comm, cudaGetDevice(&dev));
     CUDA_TRY(comm, cudaSetDevice(dev));
+    const char *why = NULL;
+    if (smddp__nccl_route(comm, op, &why) || comm->local_size > SMDDP_CUDA_MAX_SRCS) {
+        static _Atomic uint32_t said;
+        uint32_t bit = 1u << (comm->node_count > 1 ? 1 : op->kind == SMDDP_OP_ALLTOALLV ? 2 : 0);
+        if (!(atomic_fetch_or(&said, bit) & bit))
+            SMDDP_INFO("CUDA %s goes to NCCL: %s (said once)", smddp__op_kind_name(op->kind),
+                       why ? why : "more local ranks than smddp's CUDA kernels combine");
+        return smddp__nccl_execute(comm, op, dev);
+    }
     if (!comm->cuda) SMDDP_CHECK(setup(comm, op, dev));
     if (comm->cuda->device != dev)
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
                             "rank %d: this communicator's CUDA collectives run on device %d, but "
                             "this buffer is on device %d; use one device per communicator",
                             comm->rank, comm->cuda->device, dev);
-    if (comm->local_size > SMDDP_CUDA_MAX_SRCS)
-        return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                            "rank %d: CUDA collectives support up to %d ranks per node, not %d",
-                            comm->rank, SMDDP_CUDA_MAX_SRCS, comm->local_size);
     if (smddp__log_level() >= SMDDP_LOG_TRACE) {
         char desc[256];
         smddp__op_describe(op, desc, sizeof(desc));
@@ -512,11 +518,13 @@ smddp_status_t smddp__cuda_check(smddp_comm_t comm, const char *fn)
                             "%s: SMDDP_MEM_CUDA given, but no CUDA device is usable here (%s)",
                             fn, e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
     }
-    if (comm->node_count > 1)
+    const char *why = NULL;
+    if (comm->node_count > 1 && !smddp__nccl(&why))
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                            "%s: CUDA memory in a communicator that spans %d nodes is not "
-                            "supported yet; stage through host memory (SMDDP_MEM_HOST)",
-                            fn, comm->node_count);
+                            "%s: CUDA memory in a communicator that spans %d nodes goes through "
+                            "NCCL, which could not be loaded (%s); set SMDDP_NCCL_LIBRARY, or "
+                            "stage through host memory (SMDDP_MEM_HOST)",
+                            fn, comm->node_count, why);
     return SMDDP_OK;
 }
 

@@ -18,51 +18,12 @@
 
 #include <cuda_runtime_api.h>
 
-#include "../unit/harness.h"
+#include "gpu_util.h"
 #include "cuda/kernels.h"
 #include "reduce/half.h"
 #include "reduce/reduce.h"
 
-#define CU(call)                                                                       \
-    do {                                                                               \
-        cudaError_t e_ = (call);                                                       \
-        H_CHECK(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));           \
-    } while (0)
-
 static int failures;
-
-/* Runs fn in a child; returns its exit status (or 128 + signal). */
-static int in_child(int (*fn)(void *), void *arg)
-{
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int rc = fn(arg);
-        fflush(stdout);
-        fflush(stderr);
-        _exit(rc);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static int probe(void *arg)
-{
-    (void)arg;
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        printf("SKIP: no CUDA device usable here (%s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 77;
-    }
-    struct cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
-    printf("GPU 0: %s, %d SMs, %.1f GiB\n", prop.name, prop.multiProcessorCount,
-           (double)prop.totalGlobalMem / (1 << 30));
-    return 0;
-}
 
 /* ---- inputs ------------------------------------------------------------- */
 
@@ -386,7 +347,7 @@ static void run_colls(smddp_comm_t comm, int rank, int size, void *arg)
 
 int main(void)
 {
-    int st = in_child(probe, NULL);
+    int st = gpu_in_child(gpu_probe, NULL);
     if (st == 77) return 77;
     if (st != 0) {
         printf("FAIL: probing the GPU failed (status %d)\n", st);
@@ -400,7 +361,7 @@ int main(void)
         printf("%s: CUDA collectives on %d ranks sharing GPU 0\n", bad ? "FAIL" : "PASS", n);
         failures += bad != 0;
     }
-    st = in_child(kernels, NULL);
+    st = gpu_in_child(kernels, NULL);
     printf("%s: CUDA kernels bit for bit against the CPU kernels\n", st ? "FAIL" : "PASS");
     failures += st != 0;
     return failures ? 1 : 0;
