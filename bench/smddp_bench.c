@@ -33,6 +33,9 @@
 #include <mpi.h>
 #endif
 #include "smddp/smddp.h"
+#ifndef BENCH_MPI
+#include "spawn.h"
+#endif
 
 typedef enum { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BROADCAST, OP_ALLTOALL } bench_op_t;
 static const char *const op_names[] = {"allreduce", "allgather", "reduce_scatter", "broadcast",
@@ -537,18 +540,6 @@ static void run(const bench_args_t *a)
 }
 
 #ifndef BENCH_MPI
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
-        die("%s", "cannot find a free port");
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* Rank r runs on the r-th allowed CPU (round robin), as mpirun binds by default. */
 static void bind_to_cpu(int r)
 {
@@ -567,39 +558,10 @@ static void bind_to_cpu(int r)
 }
 
 /* -p N: fork N ranks that rendezvous through the built-in store. */
-static int spawn(int n, int do_bind, int argc, char **argv)
+static void spawn(int n, int do_bind)
 {
-    (void)argc;
-    (void)argv;
-    char buf[32];
-    snprintf(buf, sizeof(buf), "%d", free_port());
-    setenv("SMDDP_MASTER_ADDR", "127.0.0.1", 1);
-    setenv("SMDDP_MASTER_PORT", buf, 1);
-    snprintf(buf, sizeof(buf), "%d", n);
-    setenv("SMDDP_WORLD_SIZE", buf, 1);
-    fflush(stdout);
-    pid_t pids[256];
-    if (n > 256) die("%s", "-p: at most 256 ranks");
-    for (int r = 0; r < n; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            snprintf(buf, sizeof(buf), "%d", r);
-            setenv("SMDDP_RANK", buf, 1);
-            if (do_bind) bind_to_cpu(r);
-            return 0;
-        }
-    }
-    int failed = 0;
-    for (int r = 0; r < n; r++) {
-        int status;
-        waitpid(pids[r], &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            if (!failed)
-                for (int q = 0; q < n; q++) kill(pids[q], SIGTERM);
-            failed = 1;
-        }
-    }
-    exit(failed);
+    int r = bench_spawn(n);
+    if (do_bind) bind_to_cpu(r);
 }
 #endif
 
@@ -617,7 +579,7 @@ int main(int argc, char **argv)
     run(&a);
     MPI_Finalize();
 #else
-    if (a.spawn > 0) spawn(a.spawn, a.bind, argc, argv);
+    if (a.spawn > 0) spawn(a.spawn, a.bind);
     smddp_status_t st = smddp_comm_create_from_env(NULL, &comm);
     check_call(st, "smddp_comm_create_from_env");
     smddp_comm_rank(comm, &rank);

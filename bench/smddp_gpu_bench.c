@@ -24,6 +24,7 @@
 
 #include "cuda/kernels.h"
 #include "reduce/reduce.h"
+#include "spawn.h"
 
 #define CU(call)                                                                    \
     do {                                                                            \
@@ -127,22 +128,6 @@ static int kernel_bench(size_t max_bytes)
 
 /* ---- collectives among forked ranks --------------------------------------- */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {0};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(sa);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-        perror("free_port");
-        exit(1);
-    }
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 typedef struct cctx {
     smddp_comm_t comm;
     int op;  /* 0 allreduce, 1 allgather, 2 reduce_scatter */
@@ -225,31 +210,8 @@ static int coll_rank(size_t min_bytes, size_t max_bytes)
 
 static int coll_bench(int n, size_t min_bytes, size_t max_bytes)
 {
-    char buf[32];
-    snprintf(buf, sizeof(buf), "%d", free_port());
-    setenv("SMDDP_MASTER_ADDR", "127.0.0.1", 1);
-    setenv("SMDDP_MASTER_PORT", buf, 1);
-    snprintf(buf, sizeof(buf), "%d", n);
-    setenv("SMDDP_WORLD_SIZE", buf, 1);
-    fflush(stdout);
-    pid_t pids[64];
-    for (int r = 0; r < n && r < 64; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            snprintf(buf, sizeof(buf), "%d", r);
-            setenv("SMDDP_RANK", buf, 1);
-            int rc = coll_rank(min_bytes, max_bytes);
-            fflush(stdout);
-            _exit(rc);
-        }
-    }
-    int failed = 0;
-    for (int r = 0; r < n; r++) {
-        int status;
-        waitpid(pids[r], &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
-    }
-    return failed;
+    bench_spawn(n); /* the parent exits there, with the ranks' verdict */
+    return coll_rank(min_bytes, max_bytes);
 }
 
 int main(int argc, char **argv)

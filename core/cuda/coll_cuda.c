@@ -464,7 +464,6 @@ smddp_status_t smddp__cuda_execute(smddp_comm_t comm, smddp__op_t *op)
 static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op)
 {
     const void *probe = op->recvbuf ? op->recvbuf : op->sendbuf;
-    if (!probe) probe = op->sendbuf;
     int dev = -1;
     if (probe) SMDDP_CHECK(buffer_device(comm, probe, op->recvbuf ? "recvbuf" : "sendbuf", &dev));
     else if (comm->cuda) dev = comm->cuda->device;
@@ -477,7 +476,7 @@ static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op)
         if (!(atomic_fetch_or(&said, bit) & bit))
             SMDDP_INFO("CUDA %s goes to NCCL: %s (said once)", smddp__op_kind_name(op->kind),
                        why ? why : "more local ranks than smddp's CUDA kernels combine");
-        return smddp__nccl_execute(comm, op, dev);
+        return smddp__nccl_execute(comm, op);
     }
     if (!comm->cuda) SMDDP_CHECK(setup(comm, op, dev));
     if (comm->cuda->device != dev)

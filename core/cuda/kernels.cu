@@ -26,32 +26,17 @@ constexpr int kThreads = 512;
 template <smddp_dtype_t DT>
 struct Elem;
 
-#define ELEM_NATIVE(DT, T, SUF, DIV)                                              \
-    template <>                                                                   \
-    struct Elem<DT> {                                                             \
-        using S = T;                                                              \
-        using A = T;                                                              \
-        using D = DIV;                                                            \
-        static constexpr bool kFloat = false;                                     \
-        __device__ static A ld(S s) { return s; }                                 \
-        __device__ static S st(A a) { return a; }                                 \
-        __device__ static A pre(A x, smddp_op_t op, A p) { return smddp__pre_##SUF(x, op, p); } \
-        __device__ static A comb(A a, A y, smddp_op_t op, A p) { return smddp__comb_##SUF(a, y, op, p); } \
-        __device__ static A fin(A v, smddp_op_t op, D d) { return smddp__fin_##SUF(v, op, d); } \
-    };
-
-ELEM_NATIVE(SMDDP_INT8, int8_t, i8, int)
-ELEM_NATIVE(SMDDP_UINT8, uint8_t, u8, int)
-ELEM_NATIVE(SMDDP_INT32, int32_t, i32, int32_t)
-ELEM_NATIVE(SMDDP_INT64, int64_t, i64, int64_t)
-
-#define ELEM_FLOAT(DT, ST, SUF, A_, LD, STORE)                                    \
+/*
+ * ELEM(dtype, stored, ops suffix, accumulated, divisor, float?, load, store):
+ * load converts s (stored) to A, store converts a (accumulated) back.
+ */
+#define ELEM(DT, ST, SUF, A_, D_, FLOAT, LD, STORE)                               \
     template <>                                                                   \
     struct Elem<DT> {                                                             \
         using S = ST;                                                             \
         using A = A_;                                                             \
-        using D = A_;                                                             \
-        static constexpr bool kFloat = true;                                      \
+        using D = D_;                                                             \
+        static constexpr bool kFloat = FLOAT;                                     \
         __device__ static A ld(S s) { return LD; }                                \
         __device__ static S st(A a) { return STORE; }                             \
         __device__ static A pre(A x, smddp_op_t op, A p) { return smddp__pre_##SUF(x, op, p); } \
@@ -59,12 +44,16 @@ ELEM_NATIVE(SMDDP_INT64, int64_t, i64, int64_t)
         __device__ static A fin(A v, smddp_op_t op, D d) { return smddp__fin_##SUF(v, op, d); } \
     };
 
-ELEM_FLOAT(SMDDP_FLOAT32, float, f32, float, s, smddp__canon_f32(a))
-ELEM_FLOAT(SMDDP_FLOAT64, double, f64, double, s, smddp__canon_f64(a))
-ELEM_FLOAT(SMDDP_BFLOAT16, uint16_t, f32, float, smddp__bf16_to_fp32(s), smddp__store_bf16(a))
+ELEM(SMDDP_INT8, int8_t, i8, int8_t, int, false, s, a)
+ELEM(SMDDP_UINT8, uint8_t, u8, uint8_t, int, false, s, a)
+ELEM(SMDDP_INT32, int32_t, i32, int32_t, int32_t, false, s, a)
+ELEM(SMDDP_INT64, int64_t, i64, int64_t, int64_t, false, s, a)
+ELEM(SMDDP_FLOAT32, float, f32, float, float, true, s, smddp__canon_f32(a))
+ELEM(SMDDP_FLOAT64, double, f64, double, double, true, s, smddp__canon_f64(a))
+ELEM(SMDDP_BFLOAT16, uint16_t, f32, float, float, true, smddp__bf16_to_fp32(s), smddp__store_bf16(a))
 /* The hardware conversions round as the CPU's do (nearest even, subnormals
  * kept); NaN is made canonical before narrowing. */
-ELEM_FLOAT(SMDDP_FLOAT16, uint16_t, f32, float, __half2float(__ushort_as_half(s)),
+ELEM(SMDDP_FLOAT16, uint16_t, f32, float, float, true, __half2float(__ushort_as_half(s)),
            a != a ? (uint16_t)0x7e00 : __half_as_ushort(__float2half_rn(a)))
 
 struct Srcs {

@@ -139,7 +139,7 @@ static int nccl_dtype(smddp_dtype_t dt)
     return map[dt];
 }
 
-static smddp_status_t init_comm(smddp_comm_t comm, smddp__op_t *op)
+static smddp_status_t init_comm(smddp_comm_t comm)
 {
     smddp__nccl_id_t id;
     char key[320];
@@ -159,7 +159,6 @@ static smddp_status_t init_comm(smddp_comm_t comm, smddp__op_t *op)
         memcpy(&id, v, sizeof(id));
         free(v);
     }
-    (void)op;
     smddp__nccl_comm_t nc = NULL;
     NCCL_TRY(comm, api.CommInitRank(&nc, comm->size, id, comm->rank));
     comm->nccl = nc;
@@ -234,7 +233,7 @@ static smddp_status_t uniform(smddp_comm_t comm, smddp__op_t *op, bool send_all,
     return st;
 }
 
-smddp_status_t smddp__nccl_execute(smddp_comm_t comm, smddp__op_t *op, int device)
+smddp_status_t smddp__nccl_execute(smddp_comm_t comm, smddp__op_t *op)
 {
     const char *why = NULL;
     if (!smddp__nccl(&why))
@@ -248,8 +247,8 @@ smddp_status_t smddp__nccl_execute(smddp_comm_t comm, smddp__op_t *op, int devic
                             "and smddp's CUDA collectives stay inside a node",
                             comm->rank, smddp__op_kind_name(op->kind), smddp_op_name(op->spec.op),
                             comm->node_count, smddp_op_name(op->spec.op));
-    (void)device;
-    if (!comm->nccl) SMDDP_CHECK(init_comm(comm, op));
+    /* The caller has made the buffers' device current. */
+    if (!comm->nccl) SMDDP_CHECK(init_comm(comm));
     smddp__nccl_comm_t nc = comm->nccl;
     int dt = nccl_dtype(op->dtype);
     int redop = SMDDP_NCCL_SUM;

@@ -66,8 +66,11 @@ const smddp__nccl_api_t *smddp__nccl(const char **why);
 /* Whether op goes to NCCL rather than smddp's own CUDA path; *why says why. */
 bool smddp__nccl_route(smddp_comm_t comm, const smddp__op_t *op, const char **why);
 
-/* Runs a CUDA op through the communicator's NCCL communicator (created on first use). */
-smddp_status_t smddp__nccl_execute(smddp_comm_t comm, smddp__op_t *op, int device);
+/*
+ * Runs a CUDA op through the communicator's NCCL communicator (created on
+ * first use, on the calling thread's current device: the buffers').
+ */
+smddp_status_t smddp__nccl_execute(smddp_comm_t comm, smddp__op_t *op);
 
 /* Destroys the NCCL communicator, if any (aborts it after a failure). */
 void smddp__nccl_teardown(smddp_comm_t comm);

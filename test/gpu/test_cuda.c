@@ -171,8 +171,6 @@ static void expect_same(const void *want, const void *dptr, size_t bytes, const 
 static void run_colls(smddp_comm_t comm, int rank, int size, void *arg)
 {
     (void)arg;
-    int ndev = 0;
-    CU(cudaGetDeviceCount(&ndev));
     CU(cudaSetDevice(0));
     cudaStream_t stream;
     CU(cudaStreamCreate(&stream));
@@ -342,7 +340,6 @@ static void run_colls(smddp_comm_t comm, int rank, int size, void *arg)
                 "host buffer as CUDA: status %d, %s", (int)st, smddp_get_last_error(comm));
     }
     CU(cudaStreamDestroy(stream));
-    (void)ndev;
 }
 
 int main(void)
