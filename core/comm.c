@@ -183,6 +183,26 @@ static smddp_status_t discover_topology(smddp_comm_t comm)
         if (r == comm->rank) comm->local_rank = comm->local_size;
         comm->local_ranks[comm->local_size++] = r;
     }
+    /* The node table, for the hierarchical algorithms: only when nodes are alike. */
+    int *filled = calloc((size_t)comm->node_count, sizeof(int));
+    comm->node_ranks = calloc((size_t)comm->size, sizeof(int));
+    if (!filled || !comm->node_ranks) {
+        free(filled);
+        st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate topology for %d ranks", comm->size);
+        goto out;
+    }
+    bool alike = true;
+    for (int r = 0; r < comm->size && alike; r++) {
+        int node = comm->node_of[r];
+        if (filled[node] == comm->local_size) alike = false;
+        else comm->node_ranks[node * comm->local_size + filled[node]++] = r;
+    }
+    for (int n = 0; n < comm->node_count && alike; n++) alike = filled[n] == comm->local_size;
+    free(filled);
+    if (!alike) {
+        free(comm->node_ranks);
+        comm->node_ranks = NULL;
+    }
 out:
     free(names);
     return st;
@@ -191,6 +211,7 @@ out:
 static void comm_free(smddp_comm_t comm)
 {
     free(comm->node_of);
+    free(comm->node_ranks);
     free(comm->local_ranks);
     free(comm->p2p_send_seq);
     free(comm->p2p_recv_seq);
@@ -281,12 +302,92 @@ void smddp__comm_adopt_peer_abort(smddp_comm_t comm)
     smddp__comm_abort(comm, SMDDP_ERR_ABORTED, msg);
 }
 
+#define REMOTE_ABORT_POLL_NS (500 * 1000000LL)
+
+/* Store calls on the abort path must not replace the error the caller reports. */
+typedef struct saved_error {
+    char msg[SMDDP_ERRMSG_MAX];
+} saved_error_t;
+
+static void save_error(saved_error_t *e) { snprintf(e->msg, sizeof(e->msg), "%s", smddp__last_error()); }
+
+static void restore_error(const saved_error_t *e)
+{
+    smddp__clear_error();
+    if (e->msg[0]) smddp__error_quiet(SMDDP_ERR_INTERNAL, "%s", e->msg);
+}
+
+void smddp__comm_publish_abort(smddp_comm_t comm)
+{
+    if (comm->node_count < 2 || comm->abort_status == SMDDP_ERR_ABORTED) return;
+    char key[320], msg[SMDDP_ERRMSG_MAX + 32];
+    int64_t n;
+    saved_error_t saved;
+    save_error(&saved);
+    int len = snprintf(msg, sizeof(msg), "rank %d: %s", comm->rank, comm->abort_msg);
+    if (len < 0 || len >= (int)sizeof(msg)) len = (int)sizeof(msg) - 1;
+    /* The message first, then the count that pollers read without blocking. */
+    snprintf(key, sizeof(key), "%s/abort/msg", comm->prefix);
+    if (smddp__store_set(comm->store, key, msg, (size_t)len + 1) == SMDDP_OK) {
+        snprintf(key, sizeof(key), "%s/abort/count", comm->prefix);
+        (void)smddp__store_add(comm->store, key, 1, &n);
+    }
+    restore_error(&saved);
+}
+
+bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns)
+{
+    if (atomic_load(&comm->aborted)) return true;
+    if (comm->node_count < 2) return false;
+    int64_t last = atomic_load(&comm->remote_abort_polled_ns);
+    if (last < 0) return false; /* the store stopped answering: not asked again */
+    if (last == 0) {
+        /* The first call of an op only starts the clock: quick ops never ask. */
+        atomic_store(&comm->remote_abort_polled_ns, now_ns);
+        return false;
+    }
+    if (now_ns - last < REMOTE_ABORT_POLL_NS) return false;
+    atomic_store(&comm->remote_abort_polled_ns, now_ns);
+    char key[320];
+    int64_t count = 0;
+    void *v = NULL;
+    size_t len = 0;
+    saved_error_t saved;
+    save_error(&saved);
+    snprintf(key, sizeof(key), "%s/abort/count", comm->prefix);
+    /* Adding 0 reads the count without waiting. */
+    smddp_status_t st = smddp__store_add(comm->store, key, 0, &count);
+    if (st == SMDDP_OK && count > 0) {
+        snprintf(key, sizeof(key), "%s/abort/msg", comm->prefix);
+        st = smddp__store_get(comm->store, key, 1000, &v, &len);
+    }
+    restore_error(&saved);
+    if (st != SMDDP_OK) {
+        /* Often the store's host has already gone: its own failure will be reported instead. */
+        atomic_store(&comm->remote_abort_polled_ns, -1);
+        return false;
+    }
+    if (count <= 0) return false;
+    char msg[SMDDP_ERRMSG_MAX];
+    snprintf(msg, sizeof(msg), "%.*s (aborted on another node)", (int)(len ? len - 1 : 0),
+             (const char *)v);
+    free(v);
+    smddp__comm_abort(comm, SMDDP_ERR_ABORTED, msg);
+    return true;
+}
+
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
 {
     smddp__sched_stop(comm);
     smddp__p2p_stop(comm);
     smddp__nccl_teardown(comm);
     smddp__cuda_teardown(comm);
+    if (comm->ofi)
+        SMDDP_INFO("communicator %s: rank %d sent %llu bytes over the network, %llu of them to "
+                   "ranks on its own node, and staged %llu bytes in shared memory for its node's "
+                   "ranks in hierarchical collectives", comm->prefix, comm->rank,
+                   (unsigned long long)comm->net_bytes, (unsigned long long)comm->net_bytes_local,
+                   (unsigned long long)comm->shm_bytes);
     smddp__shm_teardown(comm);
     smddp__ofi_teardown(comm);
     smddp__store_unref(comm->store);

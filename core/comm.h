@@ -79,6 +79,11 @@ struct smddp_comm {
     int node;                /* this rank's node index */
     int *local_ranks;        /* comm rank of each local rank */
     int *node_of;            /* node index of each rank */
+    int *node_ranks;         /* [node * local_size + lr]: comm rank of local rank lr of each
+                              * node, when every node holds local_size ranks; else NULL */
+    uint64_t net_bytes;      /* bytes this rank sent over the network (ofi) */
+    uint64_t net_bytes_local; /* of which to ranks on its own node */
+    uint64_t shm_bytes;      /* bytes this rank staged for its node's peers in hierarchical ops */
     char prefix[256];
     _Atomic int64_t timeout_ms; /* read when an op starts; smddp_comm_set_timeout changes it */
 
@@ -109,6 +114,9 @@ struct smddp_comm {
 
     pthread_mutex_t err_lock;
     char last_error[SMDDP_ERRMSG_MAX];
+
+    /* Across nodes, aborts travel through the store (smddp__comm_publish_abort). */
+    _Atomic int64_t remote_abort_polled_ns;
 };
 
 /* Creation through a store reference (takes one reference on success). */
@@ -124,6 +132,19 @@ void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg
  * is about to start fails as the peer's did rather than running alone.
  */
 void smddp__comm_adopt_peer_abort(smddp_comm_t comm);
+/*
+ * Across nodes: after this rank aborted comm on a failure of its own (not
+ * one it adopted), tells the other nodes through the store, so that ranks
+ * waiting there for a rank that will never come fail at once with the
+ * reason instead of at their deadline.
+ */
+void smddp__comm_publish_abort(smddp_comm_t comm);
+/*
+ * For long waits across nodes: at most every half second, looks in the
+ * store for an abort another node published, and adopts it. True if comm is
+ * now aborted.
+ */
+bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns);
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm);
 void smddp__comm_set_last_error(smddp_comm_t comm, const char *msg);
 /* This process's node name (SMDDP_HOSTNAME, else the host name). */

@@ -95,6 +95,13 @@ static const param_row_t rows[] = {
     {"SMDDP_OFI_PROVIDER", P_STRING, "",
      "libfabric provider between nodes (default: FI_PROVIDER's choice if set, else efa where "
      "present, else tcp;ofi_rxm)", OFF(ofi_provider), CAP(ofi_provider), NULL},
+    {"SMDDP_NET_ALGO", P_ENUM, "auto",
+     "collectives across nodes: hier (shared memory inside each node, the network between "
+     "nodes; needs the same number of ranks on every node), flat (every rank on the network), "
+     "or auto (hier where nodes are alike)", OFF(net_algo), 0, "auto|flat|hier"},
+    {"SMDDP_NET_LEADER_MAX", P_SIZE, "65536",
+     "hierarchical allreduce up to this many bytes sends through one rank per node; above it "
+     "every local rank carries a share", OFF(net_leader_max), 0, NULL},
     {"SMDDP_COMMUNICATION_BACKEND", P_ENUM, "auto",
      "auto: smddp's collectives; nccl: CUDA collectives through NCCL (set by smddprun)",
      OFF(comm_backend), 0, "auto|nccl"},

@@ -88,7 +88,10 @@ static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op)
     if (st < 0 && st != SMDDP_ERR_INVALID_ARGUMENT) {
         SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
         smddp__comm_abort(comm, st, smddp__last_error());
+        smddp__comm_publish_abort(comm);
     }
+    /* Each op starts its own clock for polling remote aborts (-1: polling is off). */
+    if (atomic_load(&comm->remote_abort_polled_ns) > 0) atomic_store(&comm->remote_abort_polled_ns, 0);
     return st;
 }
 

@@ -1,10 +1,12 @@
 /*
- * Collectives for communicators that span nodes: flat algorithms in which
- * every rank talks to its peers through the libfabric transport (ranks of one
- * node too, for now). Rings for allreduce, reduce-scatter and allgather, a
- * pipelined chain for broadcast, pairwise exchange for all-to-all, direct
- * transfers for gather and scatter. The hierarchical versions (shared memory
- * inside a node, the network between nodes) come next.
+ * Collectives for communicators that span nodes, over the libfabric
+ * transport. This file holds the building blocks (rings and chains over any
+ * group of ranks) and the flat algorithms, in which every rank is on the
+ * network: rings for allreduce, reduce-scatter and allgather, a pipelined
+ * chain for broadcast, pairwise exchange for all-to-all, direct transfers for
+ * gather and scatter. hier.c builds the hierarchical ones (shared memory
+ * inside a node, the network between nodes) from the same blocks; which one
+ * runs is decided here (smddp__net_execute, SMDDP_NET_ALGO).
  *
  * Every transfer's tag is (collective sequence number, step), and receives
  * name their peer, so messages of different collectives or steps never mix.
@@ -16,10 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../reduce/half.h"
-#include "../reduce/reduce.h"
+#include "../param.h"
 #include "../transport/ofi.h"
-#include "coll.h"
+#include "net.h"
 
 /* Pipeline unit of the broadcast chain. */
 #define CHAIN_CHUNK (1u << 20)
@@ -29,9 +30,9 @@ static uint64_t tag_of(const smddp__op_t *op, uint32_t step)
     return (op->seq << 20) | (step & 0xfffff);
 }
 
-/* Sends to `to` and receives from `from` at once (either may be skipped with -1). */
-static smddp_status_t exchange(smddp_comm_t comm, const smddp__op_t *op, uint32_t step, int to,
-                               const void *sbuf, size_t slen, int from, void *rbuf, size_t rlen)
+smddp_status_t smddp__net_exchange(smddp_comm_t comm, const smddp__op_t *op, uint32_t step,
+                                   int to, const void *sbuf, size_t slen, int from, void *rbuf,
+                                   size_t rlen)
 {
     smddp__ofi_xfer_t rx, tx;
     uint64_t tag = tag_of(op, step);
@@ -39,23 +40,17 @@ static smddp_status_t exchange(smddp_comm_t comm, const smddp__op_t *op, uint32_
     if (to >= 0) SMDDP_CHECK(smddp__ofi_post(comm, &tx, 1, to, tag, (void *)sbuf, slen));
     if (to >= 0) SMDDP_CHECK(smddp__ofi_wait(comm, op, &tx));
     if (from >= 0) SMDDP_CHECK(smddp__ofi_wait(comm, op, &rx));
+    if (to >= 0) {
+        comm->net_bytes += slen;
+        if (comm->node_of[to] == comm->node) comm->net_bytes_local += slen;
+    }
     return SMDDP_OK;
 }
+#define exchange smddp__net_exchange
 
-/*
- * How a chain of partial reductions combines: PREMUL_SUM scales each rank's
- * own input once (pre_scale) and then sums; AVG sums and divides once at
- * the end (post_divide); every other op chains as it is.
- */
-typedef struct chain_ops {
-    smddp__reduce_spec_t step;
-    bool pre_scale;
-    bool post_divide;
-} chain_ops_t;
-
-static chain_ops_t chain_ops(const smddp__op_t *op)
+smddp__chain_t smddp__chain_ops(const smddp__op_t *op)
 {
-    chain_ops_t c = {.step = op->spec};
+    smddp__chain_t c = {.step = op->spec};
     c.step.avg_div = 0;
     if (op->spec.op == SMDDP_PREMUL_SUM) {
         c.pre_scale = true;
@@ -67,8 +62,7 @@ static chain_ops_t chain_ops(const smddp__op_t *op)
     return c;
 }
 
-static void apply_unary(const smddp__op_t *op, smddp_op_t which, int avg_div, void *buf,
-                        size_t n)
+void smddp__net_unary(const smddp__op_t *op, smddp_op_t which, int avg_div, void *buf, size_t n)
 {
     smddp__reduce_spec_t s = op->spec;
     s.op = which;
@@ -77,37 +71,33 @@ static void apply_unary(const smddp__op_t *op, smddp_op_t which, int avg_div, vo
     smddp__reduce(&s, buf, src, 1, n);
 }
 
-/*
- * Ring reduce-scatter over work (p blocks of block(q) elements, block q at
- * offset off(q)): afterwards block `me` of work holds the reduction of every
- * rank's block `me`. tmp holds the largest block.
- */
-static smddp_status_t ring_reduce_scatter(smddp_comm_t comm, const smddp__op_t *op, char *work,
+static int member(const smddp__ring_t *g, int i) { return g->ranks ? g->ranks[i] : i; }
+
+smddp_status_t smddp__ring_reduce_scatter(smddp_comm_t comm, const smddp__op_t *op,
+                                          const smddp__ring_t *g,
+                                          const smddp__reduce_spec_t *spec, char *work,
                                           const size_t *off, const size_t *len, char *tmp,
                                           uint32_t step0)
 {
-    int p = comm->size, me = comm->rank;
-    size_t es = smddp_dtype_size(op->dtype);
-    chain_ops_t c = chain_ops(op);
-    int next = (me + 1) % p, prev = (me + p - 1) % p;
+    int p = g->p, me = g->me;
+    size_t es = smddp_dtype_size(spec->dtype);
+    int next = member(g, (me + 1) % p), prev = member(g, (me + p - 1) % p);
     for (int s = 0; s < p - 1; s++) {
         int sb = (me - s - 1 + 2 * p) % p, rb = (me - s - 2 + 2 * p) % p;
         SMDDP_CHECK(exchange(comm, op, step0 + (uint32_t)s, next, work + off[sb] * es,
                              len[sb] * es, prev, tmp, len[rb] * es));
         const void *srcs[2] = {work + off[rb] * es, tmp};
-        smddp__reduce(&c.step, work + off[rb] * es, srcs, 2, len[rb]);
+        smddp__reduce(spec, work + off[rb] * es, srcs, 2, len[rb]);
     }
-    if (c.post_divide) apply_unary(op, SMDDP_AVG, comm->size, work + off[me] * es, len[me]);
     return SMDDP_OK;
 }
 
-/* Ring allgather: block `me` of buf is this rank's; afterwards every block is filled. */
-static smddp_status_t ring_allgather(smddp_comm_t comm, const smddp__op_t *op, char *buf,
-                                     const size_t *off, const size_t *len, size_t es,
-                                     uint32_t step0)
+smddp_status_t smddp__ring_allgather(smddp_comm_t comm, const smddp__op_t *op,
+                                     const smddp__ring_t *g, char *buf, const size_t *off,
+                                     const size_t *len, size_t es, uint32_t step0)
 {
-    int p = comm->size, me = comm->rank;
-    int next = (me + 1) % p, prev = (me + p - 1) % p;
+    int p = g->p, me = g->me;
+    int next = member(g, (me + 1) % p), prev = member(g, (me + p - 1) % p);
     for (int s = 0; s < p - 1; s++) {
         int sb = (me - s + p) % p, rb = (me - s - 1 + p) % p;
         SMDDP_CHECK(exchange(comm, op, step0 + (uint32_t)s, next, buf + off[sb] * es,
@@ -116,12 +106,7 @@ static smddp_status_t ring_allgather(smddp_comm_t comm, const smddp__op_t *op, c
     return SMDDP_OK;
 }
 
-/*
- * A ring's block table: p offsets and lengths (elements), freed by the
- * caller. each == 0: the even split of n (piece 0 is the largest); else p
- * blocks of `each`, block q at q * each.
- */
-static smddp_status_t block_table(int p, size_t n, size_t each, size_t **off, size_t **len)
+smddp_status_t smddp__net_blocks(int p, size_t n, size_t each, size_t **off, size_t **len)
 {
     *off = calloc((size_t)p, sizeof(size_t));
     *len = calloc((size_t)p, sizeof(size_t));
@@ -141,23 +126,62 @@ static smddp_status_t block_table(int p, size_t n, size_t each, size_t **off, si
     return SMDDP_OK;
 }
 
+smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
+                                     const smddp__ring_t *g, const smddp__reduce_spec_t *spec,
+                                     char *buf, size_t n, char *tmp, uint32_t step0)
+{
+    size_t *off, *len;
+    SMDDP_CHECK(smddp__net_blocks(g->p, n, 0, &off, &len));
+    smddp_status_t st = smddp__ring_reduce_scatter(comm, op, g, spec, buf, off, len, tmp, step0);
+    if (st == SMDDP_OK)
+        st = smddp__ring_allgather(comm, op, g, buf, off, len, smddp_dtype_size(spec->dtype),
+                                   step0 + (uint32_t)g->p);
+    free(off);
+    free(len);
+    return st;
+}
+
+smddp_status_t smddp__chain_broadcast(smddp_comm_t comm, const smddp__op_t *op,
+                                      const smddp__ring_t *g, int root, char *buf, size_t bytes,
+                                      uint32_t step0)
+{
+    int p = g->p;
+    int pos = (g->me - root + p) % p;
+    int next = pos == p - 1 ? -1 : member(g, (g->me + 1) % p);
+    int prev = pos == 0 ? -1 : member(g, (g->me + p - 1) % p);
+    uint32_t step = step0;
+    for (size_t o = 0; o < bytes || (bytes == 0 && step == step0); o += CHAIN_CHUNK, step++) {
+        size_t n = SMDDP_MIN((size_t)CHAIN_CHUNK, bytes - o);
+        if (prev >= 0) SMDDP_CHECK(exchange(comm, op, step, -1, NULL, 0, prev, buf + o, n));
+        if (next >= 0) SMDDP_CHECK(exchange(comm, op, step, next, buf + o, n, -1, NULL, 0));
+        if (bytes == 0) break;
+    }
+    return SMDDP_OK;
+}
+
+static const smddp__ring_t *everyone(smddp_comm_t comm, smddp__ring_t *g)
+{
+    *g = (smddp__ring_t){.p = comm->size, .me = comm->rank, .ranks = NULL};
+    return g;
+}
+
 /* Allreduce of op->sendbuf into op->recvbuf: ring reduce-scatter, then ring allgather. */
 static smddp_status_t ring_allreduce(smddp_comm_t comm, smddp__op_t *op)
 {
-    size_t es = smddp_dtype_size(op->dtype), *off, *len;
+    size_t es = smddp_dtype_size(op->dtype);
     char *out = op->recvbuf;
+    smddp__chain_t c = smddp__chain_ops(op);
+    smddp__ring_t g;
     if (out != op->sendbuf) memcpy(out, op->sendbuf, op->count * es);
-    if (chain_ops(op).pre_scale) apply_unary(op, SMDDP_PREMUL_SUM, 0, out, op->count);
-    SMDDP_CHECK(block_table(comm->size, op->count, 0, &off, &len));
-    char *tmp = malloc((len[0] ? len[0] : 1) * es);
-    smddp_status_t st = tmp ? SMDDP_OK
-                            : smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
-                                           len[0] * es);
-    if (st == SMDDP_OK) st = ring_reduce_scatter(comm, op, out, off, len, tmp, 0);
-    if (st == SMDDP_OK) st = ring_allgather(comm, op, out, off, len, es, (uint32_t)comm->size);
+    if (c.pre_scale) smddp__net_unary(op, SMDDP_PREMUL_SUM, 0, out, op->count);
+    size_t biggest = op->count / (size_t)comm->size + 1;
+    char *tmp = malloc(biggest * es);
+    if (!tmp) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes", biggest * es);
+    smddp_status_t st =
+        smddp__ring_allreduce(comm, op, everyone(comm, &g), &c.step, out, op->count, tmp, 0);
     free(tmp);
-    free(off);
-    free(len);
+    if (st == SMDDP_OK && c.post_divide)
+        smddp__net_unary(op, SMDDP_AVG, comm->size, out, op->count);
     return st;
 }
 
@@ -166,17 +190,22 @@ static smddp_status_t ring_reduce_scatter_op(smddp_comm_t comm, smddp__op_t *op)
 {
     int p = comm->size;
     size_t es = smddp_dtype_size(op->dtype), n = op->count, *off, *len;
+    smddp__chain_t c = smddp__chain_ops(op);
+    smddp__ring_t g;
     /* The ring reduces in place: work on a copy of the input. */
     char *work = malloc(n * (size_t)p * es + 1), *tmp = malloc(n * es + 1);
     smddp_status_t st = SMDDP_OK;
     if (!work || !tmp) st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
                                          n * (size_t)(p + 1) * es);
-    if (st == SMDDP_OK) st = block_table(p, 0, n, &off, &len);
+    if (st == SMDDP_OK) st = smddp__net_blocks(p, 0, n, &off, &len);
     if (st == SMDDP_OK) {
         memcpy(work, op->sendbuf, n * (size_t)p * es);
-        if (chain_ops(op).pre_scale) apply_unary(op, SMDDP_PREMUL_SUM, 0, work, n * (size_t)p);
-        st = ring_reduce_scatter(comm, op, work, off, len, tmp, 0);
-        if (st == SMDDP_OK) memcpy(op->recvbuf, work + off[comm->rank] * es, n * es);
+        if (c.pre_scale) smddp__net_unary(op, SMDDP_PREMUL_SUM, 0, work, n * (size_t)p);
+        char *mine = work + off[comm->rank] * es;
+        st = smddp__ring_reduce_scatter(comm, op, everyone(comm, &g), &c.step, work, off, len,
+                                        tmp, 0);
+        if (st == SMDDP_OK && c.post_divide) smddp__net_unary(op, SMDDP_AVG, p, mine, n);
+        if (st == SMDDP_OK) memcpy(op->recvbuf, mine, n * es);
         free(off);
         free(len);
     }
@@ -187,16 +216,12 @@ static smddp_status_t ring_reduce_scatter_op(smddp_comm_t comm, smddp__op_t *op)
 
 static bool is_half(smddp_dtype_t t) { return t == SMDDP_FLOAT16 || t == SMDDP_BFLOAT16; }
 
-/*
- * fp16/bf16: runs ring on an fp32 copy of the in_count inputs (same
- * collective, same tags) and rounds its out_count results once into
- * op->recvbuf.
- */
-static smddp_status_t via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in_count,
-                               size_t out_count,
-                               smddp_status_t (*ring)(smddp_comm_t, smddp__op_t *))
+smddp_status_t smddp__net_via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in_count,
+                                   size_t out_count,
+                                   smddp_status_t (*run)(smddp_comm_t, smddp__op_t *))
 {
-    float *w = malloc((in_count + out_count) * sizeof(float));
+    if (!is_half(op->dtype)) return run(comm, op);
+    float *w = malloc((in_count + out_count) * sizeof(float) + 1);
     if (!w) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
                                 (in_count + out_count) * sizeof(float));
     const uint16_t *in = op->sendbuf;
@@ -207,7 +232,7 @@ static smddp_status_t via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in_cou
     f.dtype = f.spec.dtype = SMDDP_FLOAT32;
     f.sendbuf = w;
     f.recvbuf = w + in_count;
-    smddp_status_t st = ring(comm, &f);
+    smddp_status_t st = run(comm, &f);
     uint16_t *out = op->recvbuf;
     for (size_t i = 0; st == SMDDP_OK && i < out_count; i++)
         out[i] = f16 ? smddp__fp32_to_fp16(w[in_count + i]) : smddp__fp32_to_bf16(w[in_count + i]);
@@ -215,27 +240,14 @@ static smddp_status_t via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in_cou
     return st;
 }
 
-static smddp_status_t net_allreduce(smddp_comm_t comm, smddp__op_t *op)
-{
-    if (is_half(op->dtype)) return via_fp32(comm, op, op->count, op->count, ring_allreduce);
-    return ring_allreduce(comm, op);
-}
-
-static smddp_status_t net_reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
-{
-    if (is_half(op->dtype))
-        return via_fp32(comm, op, op->count * (size_t)comm->size, op->count,
-                        ring_reduce_scatter_op);
-    return ring_reduce_scatter_op(comm, op);
-}
-
 static smddp_status_t net_allgather(smddp_comm_t comm, smddp__op_t *op)
 {
     size_t es = smddp_dtype_size(op->dtype), n = op->count, *off, *len;
     char *recv = op->recvbuf;
+    smddp__ring_t g;
     memmove(recv + (size_t)comm->rank * n * es, op->sendbuf, n * es);
-    SMDDP_CHECK(block_table(comm->size, 0, n, &off, &len));
-    smddp_status_t st = ring_allgather(comm, op, recv, off, len, es, 0);
+    SMDDP_CHECK(smddp__net_blocks(comm->size, 0, n, &off, &len));
+    smddp_status_t st = smddp__ring_allgather(comm, op, everyone(comm, &g), recv, off, len, es, 0);
     free(off);
     free(len);
     return st;
@@ -244,20 +256,9 @@ static smddp_status_t net_allgather(smddp_comm_t comm, smddp__op_t *op)
 /* A chain from the root, rank order, pipelined in chunks. */
 static smddp_status_t net_broadcast(smddp_comm_t comm, smddp__op_t *op)
 {
-    int p = comm->size;
-    int pos = (comm->rank - op->root + p) % p;
-    int next = pos == p - 1 ? -1 : (comm->rank + 1) % p;
-    int prev = pos == 0 ? -1 : (comm->rank + p - 1) % p;
-    size_t bytes = op->count * smddp_dtype_size(op->dtype);
-    char *buf = op->recvbuf;
-    uint32_t step = 0;
-    for (size_t o = 0; o < bytes || (bytes == 0 && step == 0); o += CHAIN_CHUNK, step++) {
-        size_t n = SMDDP_MIN((size_t)CHAIN_CHUNK, bytes - o);
-        if (prev >= 0) SMDDP_CHECK(exchange(comm, op, step, -1, NULL, 0, prev, buf + o, n));
-        if (next >= 0) SMDDP_CHECK(exchange(comm, op, step, next, buf + o, n, -1, NULL, 0));
-        if (bytes == 0) break;
-    }
-    return SMDDP_OK;
+    smddp__ring_t g;
+    return smddp__chain_broadcast(comm, op, everyone(comm, &g), op->root, op->recvbuf,
+                                  op->count * smddp_dtype_size(op->dtype), 0);
 }
 
 /* Pairwise exchange: at step s, send to me + s and receive from me - s. */
@@ -330,41 +331,24 @@ static smddp_status_t net_gather_scatter(smddp_comm_t comm, smddp__op_t *op, boo
     return SMDDP_OK;
 }
 
-smddp_status_t smddp__net_execute(smddp_comm_t comm, smddp__op_t *op)
+/* One flat allreduce (fp16/bf16 through fp32). */
+static smddp_status_t flat_allreduce(smddp_comm_t comm, smddp__op_t *op)
+{
+    return smddp__net_via_fp32(comm, op, op->count, op->count, ring_allreduce);
+}
+
+static smddp_status_t flat_execute(smddp_comm_t comm, smddp__op_t *op)
 {
     switch (op->kind) {
     case SMDDP_OP_ALLREDUCE:
-        if (op->count == 0) return SMDDP_OK;
-        return net_allreduce(comm, op);
-    case SMDDP_OP_REDUCE: {
-        /* An allreduce into scratch on non-roots: simple, twice the traffic. */
-        if (op->count == 0) return SMDDP_OK;
-        if (comm->rank == op->root) return net_allreduce(comm, op);
-        smddp__op_t r = *op;
-        r.recvbuf = malloc(op->count * smddp_dtype_size(op->dtype));
-        if (!r.recvbuf) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate scratch");
-        smddp_status_t st = net_allreduce(comm, &r);
-        free(r.recvbuf);
-        return st;
-    }
+        return flat_allreduce(comm, op);
     case SMDDP_OP_REDUCE_SCATTER:
-        if (op->count == 0) return SMDDP_OK;
-        return net_reduce_scatter(comm, op);
+        return smddp__net_via_fp32(comm, op, op->count * (size_t)comm->size, op->count,
+                                   ring_reduce_scatter_op);
     case SMDDP_OP_ALLGATHER:
         return net_allgather(comm, op);
     case SMDDP_OP_BROADCAST:
         return net_broadcast(comm, op);
-    case SMDDP_OP_ALLTOALL:
-        if (op->count == 0) return SMDDP_OK;
-        return net_alltoall(comm, op);
-    case SMDDP_OP_ALLTOALLV: {
-        int p = comm->size;
-        return net_alltoallv(comm, op, op->v, op->v + p, op->v + 2 * p, op->v + 3 * p);
-    }
-    case SMDDP_OP_GATHER:
-        return net_gather_scatter(comm, op, true);
-    case SMDDP_OP_SCATTER:
-        return net_gather_scatter(comm, op, false);
     case SMDDP_OP_BARRIER: {
         /* Nothing moves until every rank has arrived: a one-byte allreduce. */
         uint8_t one = 1;
@@ -374,10 +358,96 @@ smddp_status_t smddp__net_execute(smddp_comm_t comm, smddp__op_t *op)
         b.count = 1;
         b.dtype = SMDDP_UINT8;
         b.spec = (smddp__reduce_spec_t){.dtype = SMDDP_UINT8, .op = SMDDP_MAX, .premul = 1.0};
-        return net_allreduce(comm, &b);
+        return ring_allreduce(comm, &b);
     }
+    default:
+        return smddp__error(SMDDP_ERR_INTERNAL, "no flat network algorithm for %s",
+                            smddp__op_kind_name(op->kind));
+    }
+}
+
+/* Whether the hierarchical algorithms run op (see SMDDP_NET_ALGO). */
+static bool use_hier(smddp_comm_t comm)
+{
+    int algo = smddp__params()->net_algo;
+    if (algo == 1 || !comm->node_ranks) return false;
+    /* One rank per node: hierarchical is the flat ring with extra copies. */
+    return algo == 2 || comm->local_size > 1;
+}
+
+smddp_status_t smddp__net_execute(smddp_comm_t comm, smddp__op_t *op)
+{
+    bool hier = false;
+    switch (op->kind) {
+    case SMDDP_OP_ALLREDUCE:
+    case SMDDP_OP_REDUCE:
+    case SMDDP_OP_REDUCE_SCATTER:
+    case SMDDP_OP_ALLGATHER:
+    case SMDDP_OP_BROADCAST:
+    case SMDDP_OP_BARRIER:
+        hier = use_hier(comm);
+        break;
+    default:
+        break;
+    }
+    if (smddp__log_level() >= SMDDP_LOG_TRACE) {
+        char desc[256];
+        smddp__op_describe(op, desc, sizeof(desc));
+        SMDDP_TRACE("rank %d: %s across %d nodes: %s", comm->rank, desc, comm->node_count,
+                    hier ? "hierarchical (shm inside nodes, network between)"
+                         : "flat (every rank on the network)");
+    }
+    uint64_t net0 = comm->net_bytes, shm0 = comm->shm_bytes;
+    smddp_status_t st = SMDDP_ERR_INTERNAL;
+    switch (op->kind) {
+    case SMDDP_OP_ALLREDUCE:
+    case SMDDP_OP_REDUCE: {
+        if (op->count == 0) return SMDDP_OK;
+        smddp_status_t (*run)(smddp_comm_t, smddp__op_t *) =
+            hier ? smddp__hier_allreduce : flat_allreduce;
+        if (op->kind == SMDDP_OP_ALLREDUCE || comm->rank == op->root) {
+            st = run(comm, op);
+            break;
+        }
+        /* Reduce: an allreduce into scratch on non-roots (simple; twice the traffic). */
+        smddp__op_t r = *op;
+        r.recvbuf = malloc(op->count * smddp_dtype_size(op->dtype));
+        if (!r.recvbuf) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate scratch");
+        st = run(comm, &r);
+        free(r.recvbuf);
+        break;
+    }
+    case SMDDP_OP_REDUCE_SCATTER:
+        if (op->count == 0) return SMDDP_OK;
+        st = hier ? smddp__hier_execute(comm, op) : flat_execute(comm, op);
+        break;
+    case SMDDP_OP_ALLGATHER:
+    case SMDDP_OP_BROADCAST:
+    case SMDDP_OP_BARRIER:
+        st = hier ? smddp__hier_execute(comm, op) : flat_execute(comm, op);
+        break;
+    case SMDDP_OP_ALLTOALL:
+        if (op->count == 0) return SMDDP_OK;
+        st = net_alltoall(comm, op);
+        break;
+    case SMDDP_OP_ALLTOALLV: {
+        int p = comm->size;
+        st = net_alltoallv(comm, op, op->v, op->v + p, op->v + 2 * p, op->v + 3 * p);
+        break;
+    }
+    case SMDDP_OP_GATHER:
+        st = net_gather_scatter(comm, op, true);
+        break;
+    case SMDDP_OP_SCATTER:
+        st = net_gather_scatter(comm, op, false);
+        break;
     default:
         return smddp__error(SMDDP_ERR_INTERNAL, "no network algorithm for op kind %d",
                             (int)op->kind);
     }
+    SMDDP_TRACE("rank %d: seq %llu moved %llu bytes over the network, %llu through shared memory",
+                comm->rank, (unsigned long long)op->seq,
+                (unsigned long long)(comm->net_bytes - net0),
+                (unsigned long long)(comm->shm_bytes - shm0));
+    return st;
 }

@@ -269,7 +269,7 @@ smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__
         }
         if (i % CHECK_EVERY) continue;
         char desc[256];
-        if (atomic_load(&comm->aborted)) {
+        if (smddp__comm_poll_remote_abort(comm, smddp__now_ns())) {
             smddp__op_describe(op, desc, sizeof(desc));
             return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
                                       desc, comm->abort_msg);

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Several "hosts" on one machine: one network namespace per node, each joined
-# to a bridge by a veth pair (10.77.<id>.<node>/24), ranks started inside them
-# with `ip netns exec` and told their node by SMDDP_HOSTNAME (the namespaces
-# share the host name). Runs the multi-host checks for each layout, then
-# removes everything it created, also when a check fails or it is killed.
+# Several "hosts" on one machine (network namespaces on a bridge, see
+# lib.sh). For the layouts 2 nodes x 2 ranks and 3 x 2 it runs the C
+# collectives (hierarchical, and allreduce flat), torch's collectives and DDP
+# against gloo (torch_job.py); on 2 x 2 also torchrun across the namespaces
+# (smddprun --nnodes), mpirun with smddprun as the per-rank wrapper (ns_rsh
+# stands in for ssh), and the fault cases (a rank SIGKILLed, a link down).
+# Removes everything it created, also when a check fails or it is killed.
 #
 #   test/netns/run.sh BUILD_DIR        (as root; BUILD_DIR has bench/smddp_bench)
 #
@@ -16,12 +18,10 @@ BUILD=${1:?usage: test/netns/run.sh BUILD_DIR}
 BENCH=$BUILD/bench/smddp_bench
 PY=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
-ID=$(( $$ % 200 + 20 ))              # second octet of this run's subnet
-TAG=s$$                              # prefix of every name this run creates
-BR=${TAG}br
 passed=0
 failed=0
-NODES_UP=0
+# shellcheck source=test/netns/lib.sh
+. "$HERE/lib.sh"
 
 die() { echo "netns: $*" >&2; echo "netns: 0 passed, 1 failed"; exit 1; }
 
@@ -29,63 +29,17 @@ die() { echo "netns: $*" >&2; echo "netns: 0 passed, 1 failed"; exit 1; }
 command -v ip >/dev/null || die "'ip' (iproute2) is not installed"
 [ "$(id -u)" = 0 ] || die "creating network namespaces needs root (running as uid $(id -u))"
 
-cleanup() {
-    for ((i = 0; i < NODES_UP; i++)); do
-        local ns=${TAG}n$i
-        # Ranks left behind by a failed check die with their namespace.
-        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
-        ip netns del "$ns" 2>/dev/null
-        ip link del "${TAG}h$i" 2>/dev/null
-    done
-    ip link del "$BR" 2>/dev/null
-    NODES_UP=0
-}
-trap cleanup EXIT
+trap ns_cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Creates N nodes: namespace ${TAG}n<i> with interface eth0 at 10.77.$ID.<i+1>.
-make_nodes() {
-    local n=$1
-    ip link add "$BR" type bridge || return 1
-    ip link set "$BR" up || return 1
-    for ((i = 0; i < n; i++)); do
-        local ns=${TAG}n$i
-        ip netns add "$ns" || return 1
-        NODES_UP=$((i + 1))
-        ip link add "${TAG}h$i" type veth peer name "${TAG}c$i" || return 1
-        ip link set "${TAG}c$i" netns "$ns" || return 1
-        ip -n "$ns" link set "${TAG}c$i" name eth0 || return 1
-        ip -n "$ns" addr add "10.77.$ID.$((i + 1))/24" dev eth0 || return 1
-        ip -n "$ns" link set eth0 up || return 1
-        ip -n "$ns" link set lo up || return 1
-        ip link set "${TAG}h$i" master "$BR" || return 1
-        ip link set "${TAG}h$i" up || return 1
-    done
-}
-
-# run_job NAME NODES PER_NODE TIMEOUT CMD...: starts NODES x PER_NODE ranks
-# (rank = node * PER_NODE + local), waits up to TIMEOUT s, passes if every
-# rank exits 0. Output goes to $LOG/NAME.rank<r>.
+# run_job NAME NODES PER_NODE TIMEOUT CMD...: starts NODES x PER_NODE ranks,
+# waits up to TIMEOUT s, passes if every rank exits 0. Output goes to
+# $LOG/NAME.rank<r>.
 run_job() {
     local name=$1 nodes=$2 per=$3 limit=$4
     shift 4
-    local world=$((nodes * per)) port=$((20000 + RANDOM % 20000)) pids=() rc=0
-    for ((r = 0; r < world; r++)); do
-        local node=$((r / per))
-        ip netns exec "${TAG}n$node" env \
-            SMDDP_RANK=$r SMDDP_WORLD_SIZE=$world RANK=$r WORLD_SIZE=$world \
-            LOCAL_RANK=$((r % per)) LOCAL_WORLD_SIZE=$per \
-            SMDDP_MASTER_ADDR=10.77.$ID.1 SMDDP_MASTER_PORT=$port \
-            MASTER_ADDR=10.77.$ID.1 MASTER_PORT=$((port + 1)) \
-            SMDDP_HOSTNAME=host$node FI_TCP_IFACE=eth0 GLOO_SOCKET_IFNAME=eth0 \
-            SMDDP_TIMEOUT=60 \
-            timeout -s KILL "$limit" "$@" >"$LOG/$name.rank$r" 2>&1 &
-        pids+=($!)
-    done
-    for ((r = 0; r < world; r++)); do
-        wait "${pids[$r]}" || { rc=$?; echo "  rank $r exited $rc"; }
-    done
-    if [ $rc -eq 0 ]; then
+    start_ranks "$nodes" "$per" "$limit" "$LOG/$name" "$@"
+    if wait_ranks; then
         passed=$((passed + 1))
         echo "PASS $name"
     else
@@ -95,6 +49,92 @@ run_job() {
     fi
 }
 
+# launch_job NAME RC: passes a launcher run that exited with RC 0 and whose
+# ranks all logged a communicator spanning $nodes nodes.
+launch_job() {
+    local name=$1 rc=$2 spans
+    spans=$(cat "$LOG/$name".* | grep -c "of $world, local rank .* $nodes node(s), transports: shm, ofi")
+    if [ "$rc" -eq 0 ] && [ "$spans" -ge "$world" ]; then
+        passed=$((passed + 1))
+        echo "PASS $name"
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name (exit $rc; logs naming a $nodes-node communicator: $spans; see $LOG/$name.*)"
+        tail -n 5 "$LOG/$name".* | tail -n 20
+    fi
+}
+
+# torchrun across the namespaces: smddprun --nnodes in each one, rendezvous
+# on the first, every rank running torch_job.py (host names told apart by
+# ns_exec, no SMDDP_HOSTNAME).
+torchrun_job() {
+    local name="${nodes}x${per}-smddprun-torchrun" port=$((20000 + RANDOM % 20000)) pids=() rc=0
+    for ((i = 0; i < nodes; i++)); do
+        ns_exec "$i" env SMDDP_DEBUG=INFO SMDDP_TIMEOUT=60 FI_TCP_IFACE=eth0 \
+            GLOO_SOCKET_IFNAME=eth0 timeout -s KILL 300 "$SMDDPRUN" --nnodes "$nodes" \
+            --node-rank "$i" --nproc-per-node "$per" --master-addr "$(ns_addr 0)" \
+            --master-port "$port" "$HERE/torch_job.py" >"$LOG/$name.node$i" 2>&1 &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+    launch_job "$name" "$rc"
+}
+
+# mpirun across the namespaces (ns_rsh stands in for ssh), smddprun as the
+# per-rank wrapper mapping Open MPI's variables for torch.
+mpirun_job() {
+    local name="${nodes}x${per}-mpirun-smddprun" hosts="" rc=0
+    for ((i = 0; i < nodes; i++)); do hosts+="${hosts:+,}$(ns_addr "$i"):$per"; done
+    ns_exec 0 timeout -s KILL 300 mpirun --allow-run-as-root --host "$hosts" -np "$world" \
+        --mca plm_rsh_agent "$HERE/ns_rsh" --mca oob_tcp_if_include eth0 \
+        --mca btl_tcp_if_include eth0 -x MASTER_ADDR="$(ns_addr 0)" -x SMDDP_DEBUG=INFO \
+        -x SMDDP_TIMEOUT=60 -x FI_TCP_IFACE=eth0 -x GLOO_SOCKET_IFNAME=eth0 \
+        "$SMDDPRUN" "$PY" "$HERE/torch_job.py" >"$LOG/$name.all" 2>&1 || rc=$?
+    launch_job "$name" "$rc"
+}
+
+# fault_job NAME LIMIT HOW: 2 x 2 ranks loop over 1 MiB allreduces with a
+# 20 s timeout; after 4 s, HOW strikes (kill: SIGKILL rank 3 on node 1; link:
+# node 1's veth goes down). Passes when every surviving rank fails on its own
+# (no hang, no kill by the harness) within LIMIT seconds of the strike, with
+# an error message; for kill, every message must name rank 3.
+fault_job() {
+    local name="2x2-fault-$1" limit=$2 how=$1 rc=0 bad=""
+    SMDDP_TIMEOUT=20 start_ranks 2 2 120 "$LOG/$name" "$BENCH" -o allreduce -b 1M -e 1M \
+        -n 100000000 -w 0 -c 0
+    sleep 4
+    local t0=$SECONDS
+    if [ "$how" = kill ]; then
+        pkill -KILL -P "${RANK_PIDS[3]}"
+    else
+        ip link set "${NS_TAG}h1" down
+    fi
+    for r in 0 1 2 3; do
+        [ "$how" = kill ] && [ $r = 3 ] && { wait "${RANK_PIDS[3]}"; continue; }
+        wait "${RANK_PIDS[$r]}"
+        rc=$?
+        local log="$LOG/$name.rank$r"
+        if [ $rc -eq 0 ] || [ $rc -eq 137 ]; then
+            bad+=" rank $r exited $rc;"
+        elif ! grep -q "failed\|timed out\|aborted" "$log"; then
+            bad+=" rank $r gave no error message;"
+        elif [ "$how" = kill ] && ! grep "smddp_bench rank" "$log" | grep -q "rank 3"; then
+            bad+=" rank $r's error does not name rank 3: $(grep "smddp_bench rank" "$log" | head -c 300);"
+        fi
+    done
+    local took=$((SECONDS - t0))
+    ip link set "${NS_TAG}h1" up
+    [ $took -le "$limit" ] || bad+=" took ${took} s (limit $limit s);"
+    if [ -z "$bad" ]; then
+        passed=$((passed + 1))
+        echo "PASS $name (every rank failed with a message within $took s)"
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name:$bad (logs: $LOG/$name.rank*)"
+    fi
+}
+
+SMDDPRUN=$(command -v smddprun || true)
 LOG=$(mktemp -d /tmp/smddp-netns.XXXXXX)
 for layout in "2 2" "3 2"; do
     read -r nodes per <<<"$layout"
@@ -107,13 +147,36 @@ see the error above (is this a container without CAP_NET_ADMIN?)"
     done
     run_job "${nodes}x${per}-allreduce-bf16-avg" "$nodes" "$per" 120 \
         "$BENCH" -o allreduce -d bfloat16 -r avg -b 2 -e 1M -f 64 -n 2 -w 1 -c 1
+    NS_ENV=(SMDDP_NET_ALGO=flat)
+    run_job "${nodes}x${per}-allreduce-flat" "$nodes" "$per" 120 \
+        "$BENCH" -o allreduce -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
+    NS_ENV=()
     if "$PY" -c "import torch, smddp" 2>/dev/null; then
         run_job "${nodes}x${per}-torch" "$nodes" "$per" 300 "$PY" "$HERE/torch_job.py"
+        world=$((nodes * per))
+        if [ "$nodes" = 2 ]; then
+            if [ -z "$SMDDPRUN" ]; then
+                failed=$((failed + 1))
+                echo "FAIL launchers: smddprun is not on PATH (pip install first)"
+            else
+                torchrun_job
+                if command -v mpirun >/dev/null; then
+                    mpirun_job
+                else
+                    failed=$((failed + 1))
+                    echo "FAIL ${nodes}x${per}-mpirun: mpirun (openmpi-bin) is not installed"
+                fi
+            fi
+        fi
     else
         failed=$((failed + 1))
         echo "FAIL ${nodes}x${per}-torch: python cannot import torch and smddp (pip install first)"
     fi
-    cleanup
+    if [ "$nodes" = 2 ]; then
+        fault_job kill 25
+        fault_job link 40
+    fi
+    ns_cleanup
 done
 echo "netns: $passed passed, $failed failed"
 [ $failed -eq 0 ]

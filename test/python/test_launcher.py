@@ -172,6 +172,27 @@ def test_torchrun_mode_command_line(capsys):
     assert env["SMDDP_COMMUNICATION_BACKEND"] == "nccl"
 
 
+def test_torchrun_mode_several_nodes(capsys):
+    rc, _, command, _, _ = dry_run(capsys, "--nnodes", "2", "--node-rank", "1",
+                                   "--nproc-per-node", "2", "--master-addr", "10.0.0.1",
+                                   "--master-port", "29600", "train.py")
+    assert rc == 0
+    assert command.split() == [sys.executable, "-m", "torch.distributed.run",
+                               "--nproc-per-node=2", "--master-port=29600", "--nnodes=2",
+                               "--node-rank=1", "--master-addr=10.0.0.1", "train.py"]
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--nnodes", "2", "--nproc-per-node", "2", "t.py"], "--master-addr HOST"),
+    (["--nnodes", "2", "--node-rank", "2", "--nproc-per-node", "2", "--master-addr", "a",
+      "--master-port", "1", "t.py"], "--node-rank must be in 0 .. --nnodes - 1"),
+    (["--nnodes", "2", "python", "t.py"], "go with --nproc-per-node"),
+])
+def test_several_nodes_usage_errors(capsys, args, says):
+    rc, _, _, _, err = dry_run(capsys, *args)
+    assert rc == 2 and says in err
+
+
 def test_torchrun_mode_keeps_a_named_interpreter(capsys):
     rc, _, command, _, _ = dry_run(capsys, "--nproc-per-node", "3", "--", "python3", "-m",
                                    "smddp.examples.train_ddp", "--steps", "2")

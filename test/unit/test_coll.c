@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "comm.h"
 #include "harness.h"
 #include "reduce/half.h"
 
@@ -600,6 +601,14 @@ static void test_callbacks_3(void **state) { (void)state; run(3, callback_rank, 
  * per rank), joined through libfabric over loopback. The same checks as on
  * one node: every dtype x op, in place and out of place, bit-identical results.
  */
+static void run_nodes_env(int nranks, int per_node, harness_fn_t fn, const char *env)
+{
+    harness_opts_t opts = {.timeout_s = 600, .ranks_per_node = per_node, .env = env};
+    int shm_before = harness_shm_count();
+    assert_int_equal(harness_run(nranks, fn, NULL, &opts), 0);
+    assert_int_equal(harness_shm_count(), shm_before);
+}
+
 static void run_nodes(int nranks, int per_node, harness_fn_t fn)
 {
     harness_opts_t opts = {.timeout_s = 600, .ranks_per_node = per_node};
@@ -647,7 +656,79 @@ static void half_accuracy_rank(smddp_comm_t comm, int rank, int size, void *arg)
 static void test_half_accuracy_1_node(void **state) { (void)state; run(4, half_accuracy_rank, NULL); }
 static void test_nodes_half_accuracy_3x2(void **state) { (void)state; run_nodes(6, 2, half_accuracy_rank); }
 
+/*
+ * Hierarchical collectives keep traffic between ranks of one node off the
+ * network; flat ones do not. Every rank checks its own counters after a
+ * large allreduce (several rounds, every local rank on the network), a
+ * reduce_scatter, an allgather, a broadcast and a barrier.
+ */
+static void traffic_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    enum { N = 1 << 20 };
+    float *a = malloc(N * sizeof(float)), *b = malloc((size_t)N * (size_t)size * sizeof(float));
+    for (int i = 0; i < N; i++) a[i] = (float)(rank + 1);
+    for (int i = 0; i < N * size; i++) b[i] = 1.0f;
+    H_OK(smddp_allreduce(comm, a, a, N, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL));
+    for (int i = 0; i < N; i++)
+        H_CHECK(a[i] == (float)(size * (size + 1) / 2), "allreduce element %d is %g", i, a[i]);
+    H_OK(smddp_reduce_scatter(comm, b, a, N, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL));
+    H_CHECK(a[0] == (float)size && a[N - 1] == (float)size, "reduce_scatter gave %g", a[0]);
+    H_OK(smddp_allgather(comm, a, b, N, SMDDP_FLOAT32, NULL, NULL));
+    H_OK(smddp_broadcast(comm, a, N, SMDDP_FLOAT32, size - 1, NULL, NULL));
+    H_OK(smddp_barrier(comm, NULL, NULL));
+    bool hier = getenv("SMDDP_NET_ALGO") == NULL;
+    H_CHECK(comm->net_bytes > 0, "rank %d sent nothing over the network", rank);
+    if (hier)
+        H_CHECK(comm->net_bytes_local == 0 && comm->shm_bytes > 0,
+                "hierarchical: rank %d sent %llu bytes over the network to its own node, staged "
+                "%llu in shm", rank, (unsigned long long)comm->net_bytes_local,
+                (unsigned long long)comm->shm_bytes);
+    else /* rank 0's ring neighbour is rank 1, on its node */
+        H_CHECK((rank != 0 || comm->net_bytes_local > 0) && comm->shm_bytes == 0,
+                "flat: rank %d sent %llu bytes to its own node, staged %llu in shm", rank,
+                (unsigned long long)comm->net_bytes_local, (unsigned long long)comm->shm_bytes);
+    free(a);
+    free(b);
+}
+
+static void test_nodes_traffic_2x2(void **state)
+{
+    (void)state;
+    run_nodes(4, 2, traffic_rank);
+    run_nodes_env(4, 2, traffic_rank, "SMDDP_NET_ALGO=flat");
+}
+
 static void test_nodes_allreduce_2x2(void **state) { (void)state; run_nodes(4, 2, allreduce_rank); }
+/* Every local rank on the network, tiny staging halves: many rounds, uneven pieces. */
+static void test_nodes_allreduce_3x2_split(void **state)
+{
+    (void)state;
+    run_nodes_env(6, 2, allreduce_rank,
+                  "SMDDP_NET_LEADER_MAX=0 SMDDP_SHM_BUFFER_SIZE=8192 SMDDP_STREAM_MIN=1");
+}
+static void test_nodes_allreduce_2x2_flat(void **state)
+{
+    (void)state;
+    run_nodes_env(4, 2, allreduce_rank, "SMDDP_NET_ALGO=flat");
+}
+/* Nodes of 2 and 1 ranks: no hierarchy, the flat algorithms. */
+static void test_nodes_uneven(void **state)
+{
+    (void)state;
+    run_nodes(3, 2, allreduce_rank);
+    run_nodes(3, 2, movement_rank);
+}
+static void test_nodes_reduce_3x2_small(void **state)
+{
+    (void)state;
+    run_nodes_env(6, 2, reduce_rank, "SMDDP_SHM_BUFFER_SIZE=8192 SMDDP_STREAM_MIN=1");
+}
+static void test_nodes_movement_3x2_small(void **state)
+{
+    (void)state;
+    run_nodes_env(6, 2, movement_rank, "SMDDP_SHM_BUFFER_SIZE=8192 SMDDP_STREAM_MIN=1");
+}
 static void test_nodes_allreduce_3x1(void **state) { (void)state; run_nodes(3, 1, allreduce_rank); }
 static void test_nodes_reduce_2x2(void **state) { (void)state; run_nodes(4, 2, reduce_rank); }
 static void test_nodes_movement_2x2(void **state) { (void)state; run_nodes(4, 2, movement_rank); }
@@ -694,7 +775,13 @@ int main(void)
         cmocka_unit_test(test_callbacks_3),
         cmocka_unit_test(test_half_accuracy_1_node),
         cmocka_unit_test(test_nodes_half_accuracy_3x2),
+        cmocka_unit_test(test_nodes_traffic_2x2),
         cmocka_unit_test(test_nodes_allreduce_2x2),
+        cmocka_unit_test(test_nodes_allreduce_3x2_split),
+        cmocka_unit_test(test_nodes_allreduce_2x2_flat),
+        cmocka_unit_test(test_nodes_uneven),
+        cmocka_unit_test(test_nodes_reduce_3x2_small),
+        cmocka_unit_test(test_nodes_movement_3x2_small),
         cmocka_unit_test(test_nodes_allreduce_3x1),
         cmocka_unit_test(test_nodes_reduce_2x2),
         cmocka_unit_test(test_nodes_movement_2x2),

@@ -54,7 +54,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Run a training command with smddp's communication-backend switch, "
         "per rank under mpirun/srun/torchrun or on one machine through torchrun.",
         epilog="examples: mpirun -np 4 smddprun python train.py | "
-        "smddprun --nproc-per-node 2 train.py --epochs 1",
+        "smddprun --nproc-per-node 2 train.py --epochs 1 | "
+        "smddprun --nnodes 2 --node-rank 0 --nproc-per-node 8 --master-addr node0 "
+        "--master-port 29500 train.py",
     )
     p.add_argument("--communication-backend", metavar="{auto,nccl}",
                    help="auto: smddp's collectives (default); nccl: CUDA collectives through NCCL")
@@ -64,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="libsmddp to preload under auto (default: the one in the smddp package)")
     p.add_argument("--nproc-per-node", type=int, metavar="N",
                    help="start N ranks on this machine through torchrun")
+    p.add_argument("--nnodes", type=int, metavar="N", default=1,
+                   help="with --nproc-per-node: machines in the job, each running this same "
+                   "command with its own --node-rank (needs --master-addr and --master-port)")
+    p.add_argument("--node-rank", type=int, metavar="I", default=0,
+                   help="with --nnodes: this machine's index, 0 .. N-1 (0 hosts the rendezvous)")
     p.add_argument("--master-addr", help="rendezvous address (default: MASTER_ADDR, or derived)")
     p.add_argument("--master-port", type=int,
                    help="rendezvous port (default: MASTER_PORT, or derived from the job id)")
@@ -259,17 +266,29 @@ def build(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     if args.nproc_per_node is not None:
         if args.nproc_per_node < 1:
             raise LaunchError("--nproc-per-node must be at least 1")
-        port = args.master_port or env.get("MASTER_PORT") or _free_port()
+        if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
+            raise LaunchError(f"--node-rank must be in 0 .. --nnodes - 1 (got --nnodes "
+                              f"{args.nnodes} --node-rank {args.node_rank})")
+        addr = args.master_addr or env.get("MASTER_ADDR")
+        port = args.master_port or env.get("MASTER_PORT")
+        if args.nnodes > 1 and not (addr and port):
+            raise LaunchError("--nnodes > 1: every machine must name the same rendezvous; pass "
+                              "--master-addr HOST (node 0's address) and --master-port PORT")
         run = [sys.executable, "-m", "torch.distributed.run",
-               f"--nproc-per-node={args.nproc_per_node}", f"--master-port={port}"]
-        if args.master_addr:
-            run.append(f"--master-addr={args.master_addr}")
+               f"--nproc-per-node={args.nproc_per_node}", f"--master-port={port or _free_port()}"]
+        if args.nnodes > 1:
+            run += [f"--nnodes={args.nnodes}", f"--node-rank={args.node_rank}"]
+        if addr:
+            run.append(f"--master-addr={addr}")
         # A .py script runs under torchrun's python; anything else verbatim,
         # so `python -m pkg` keeps the interpreter the user named.
         run += command if command[0].endswith(".py") else ["--no-python"] + command
         switch = backend_env(cfg.backend, env, args.library, warn=True)
         return Plan(switch["SMDDP_COMMUNICATION_BACKEND"], cfg, "torchrun-launcher",
                     switch, run)
+    if args.nnodes != 1 or args.node_rank != 0:
+        raise LaunchError("--nnodes and --node-rank go with --nproc-per-node (under mpirun or "
+                          "srun, the launcher places the ranks)")
     mode, ranks = rank_env(env, args)
     warn = ranks.get("LOCAL_RANK", env.get("LOCAL_RANK", "0")) == "0"  # once per node
     switch = backend_env(cfg.backend, env, args.library, warn=warn)

@@ -1,0 +1,332 @@
+/*
+ * Hierarchical collectives across nodes: shared memory inside each node, the
+ * network only between nodes. They need every node to hold the same number
+ * of ranks (comm->node_ranks); local rank lr of one node works with local
+ * rank lr of every other node (its "counterparts"), so every local rank has a
+ * share of the network traffic and no byte crosses the network between two
+ * ranks of one node.
+ *
+ * Allreduce, in rounds of one staging half:
+ *   1. reduce-scatter inside the node: each of k local ranks reduces its
+ *      piece of the round over the node's ranks (as two-shot does);
+ *   2. each of those k ranks runs a ring allreduce of its piece with its
+ *      counterparts;
+ *   3. allgather inside the node: every rank copies the reduced pieces out.
+ * k is every local rank for large messages and one (a leader per node) for
+ * small ones, where the network's latency, not its bandwidth, decides
+ * (SMDDP_NET_LEADER_MAX). Each element is reduced in one fixed order (node by
+ * node, then around one ring), so every rank gets bit-identical results.
+ * PREMUL_SUM scales inside the first step only; AVG divides once at the end.
+ *
+ * Reduce-scatter does steps 1 and 2 with a ring reduce-scatter over the
+ * nodes; allgather exchanges each rank's block with its counterparts, then
+ * shares them inside the node; broadcast sends along a chain of the root's
+ * counterparts, then inside each node; barrier is a node barrier around a
+ * barrier of one rank per node.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../copy.h"
+#include "../param.h"
+#include "../transport/shm.h"
+#include "net.h"
+
+#define MAX_LOCAL 256
+
+static int at(smddp_comm_t comm, int node, int lr)
+{
+    return comm->node_ranks[node * comm->local_size + lr];
+}
+
+/* The ring of local rank lr's counterparts, one per node (ranks holds node_count). */
+static smddp__ring_t counterparts(smddp_comm_t comm, int lr, int *ranks)
+{
+    for (int n = 0; n < comm->node_count; n++) ranks[n] = at(comm, n, lr);
+    return (smddp__ring_t){.p = comm->node_count, .me = comm->node, .ranks = ranks};
+}
+
+/*
+ * The state every hierarchical op allocates: the counterparts ring, a block
+ * table for it (one block per node) and scratch for the ring's incoming
+ * blocks.
+ */
+typedef struct hier {
+    int *ranks;
+    smddp__ring_t ring;
+    size_t *off, *len;
+    char *tmp;
+} hier_t;
+
+static void hier_free(hier_t *h)
+{
+    free(h->ranks);
+    free(h->off);
+    free(h->len);
+    free(h->tmp);
+}
+
+static smddp_status_t hier_init(smddp_comm_t comm, hier_t *h, int lr, size_t tmp_bytes)
+{
+    size_t n = (size_t)comm->node_count;
+    if (comm->local_size > MAX_LOCAL)
+        return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "more than %d ranks on one node", MAX_LOCAL);
+    h->ranks = malloc(n * sizeof(int));
+    h->off = calloc(n, sizeof(size_t));
+    h->len = calloc(n, sizeof(size_t));
+    h->tmp = malloc(tmp_bytes + 64);
+    if (!h->ranks || !h->off || !h->len || !h->tmp) {
+        hier_free(h);
+        return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch",
+                            tmp_bytes);
+    }
+    h->ring = counterparts(comm, lr, h->ranks);
+    return SMDDP_OK;
+}
+
+/* The node-level step of a reduction: the op itself, but AVG only sums. */
+static smddp__reduce_spec_t node_spec(const smddp__op_t *op)
+{
+    smddp__reduce_spec_t s = op->spec;
+    s.avg_div = 0;
+    return s;
+}
+
+/* Allreduce in place of op->sendbuf into op->recvbuf; any dtype but fp16/bf16. */
+static smddp_status_t allreduce(smddp_comm_t comm, smddp__op_t *op)
+{
+    size_t es = smddp_dtype_size(op->dtype);
+    int L = comm->local_size, N = comm->node_count, me = comm->local_rank, h;
+    size_t bytes = op->count * es;
+    int k = bytes <= (size_t)smddp__params()->net_leader_max ? 1 : L;
+    size_t round_elems = smddp__shm_half_size(comm) / es;
+    const char *send = op->sendbuf;
+    char *recv = op->recvbuf;
+    const void *srcs[MAX_LOCAL];
+    smddp__reduce_spec_t spec = node_spec(op);
+    smddp__chain_t c = smddp__chain_ops(op);
+    int stream = bytes >= (size_t)smddp__params()->stream_min;
+    hier_t hr;
+
+    SMDDP_TRACE("rank %d: allreduce seq %llu: %zu bytes, %d rank(s) per node on the network",
+                comm->rank, (unsigned long long)op->seq, bytes, k);
+    SMDDP_CHECK(hier_init(comm, &hr, me, (round_elems / (size_t)k / (size_t)N + 1) * es));
+    smddp_status_t st = SMDDP_OK;
+    uint32_t step = 0;
+    for (size_t base = 0; base < op->count && st == SMDDP_OK; base += round_elems) {
+        size_t m = SMDDP_MIN(round_elems, op->count - base), my_off = m, my_len = 0;
+        if (me < k) smddp__piece(m, k, me, &my_off, &my_len);
+        if ((st = smddp__shm_step_begin(comm, op, &h)) != SMDDP_OK) break;
+        char *mine = smddp__shm_buf(comm, me, h);
+        /* Everything but my own piece goes to staging; mine is read in place. */
+        memcpy(mine, send + base * es, my_off * es);
+        memcpy(mine + (my_off + my_len) * es, send + (base + my_off + my_len) * es,
+               (m - my_off - my_len) * es);
+        comm->shm_bytes += (m - my_len) * es;
+        if ((st = smddp__shm_sync(comm, op)) != SMDDP_OK) break;
+        if (my_len) {
+            char *piece = mine + my_off * es;
+            for (int q = 0; q < L; q++)
+                srcs[q] = q == me ? send + (base + my_off) * es
+                                  : (const char *)smddp__shm_buf(comm, q, h) + my_off * es;
+            smddp__reduce(&spec, piece, srcs, L, my_len);
+            st = smddp__ring_allreduce(comm, op, &hr.ring, &c.step, piece, my_len, hr.tmp, step);
+            if (st != SMDDP_OK) break;
+            if (c.post_divide) smddp__net_unary(op, SMDDP_AVG, comm->size, piece, my_len);
+        }
+        step += 2 * (uint32_t)N;
+        if ((st = smddp__shm_sync(comm, op)) != SMDDP_OK) break;
+        for (int q = 0; q < k; q++) {
+            size_t off, len;
+            smddp__piece(m, k, q, &off, &len);
+            smddp__copy(recv + (base + off) * es, (char *)smddp__shm_buf(comm, q, h) + off * es,
+                        len * es, stream);
+        }
+        smddp__shm_step_end(comm, h);
+    }
+    hier_free(&hr);
+    return st;
+}
+
+smddp_status_t smddp__hier_allreduce(smddp_comm_t comm, smddp__op_t *op)
+{
+    return smddp__net_via_fp32(comm, op, op->count, op->count, allreduce);
+}
+
+/* Reduce-scatter: p blocks of op->count in op->sendbuf, this rank's block into op->recvbuf. */
+static smddp_status_t reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
+{
+    size_t es = smddp_dtype_size(op->dtype), n = op->count;
+    int L = comm->local_size, N = comm->node_count, me = comm->local_rank, h;
+    /* A round holds, per local rank, one slot per node. */
+    size_t round_elems = smddp__shm_half_size(comm) / es / ((size_t)L * (size_t)N);
+    if (round_elems == 0) round_elems = 1;
+    const char *send = op->sendbuf;
+    char *recv = op->recvbuf;
+    const void *srcs[MAX_LOCAL];
+    smddp__reduce_spec_t spec = node_spec(op);
+    smddp__chain_t c = smddp__chain_ops(op);
+    hier_t hr;
+
+    if (round_elems * es * (size_t)L * (size_t)N > smddp__shm_half_size(comm))
+        return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                            "reduce_scatter: %d ranks do not fit the %zu-byte staging half "
+                            "(raise SMDDP_SHM_BUFFER_SIZE or set SMDDP_NET_ALGO=flat)",
+                            comm->size, smddp__shm_half_size(comm));
+    SMDDP_CHECK(hier_init(comm, &hr, me, round_elems * es));
+    smddp_status_t st = SMDDP_OK;
+    uint32_t step = 0;
+    for (size_t base = 0; base < n && st == SMDDP_OK; base += round_elems) {
+        size_t m = SMDDP_MIN(round_elems, n - base);
+        if ((st = smddp__shm_step_begin(comm, op, &h)) != SMDDP_OK) break;
+        char *mine = smddp__shm_buf(comm, me, h);
+        /* Slot (q, j) of my half: what local rank q reduces for the rank of node j. */
+        for (int q = 0; q < L; q++) {
+            if (q == me) continue;
+            for (int j = 0; j < N; j++)
+                memcpy(mine + ((size_t)q * N + j) * m * es,
+                       send + ((size_t)at(comm, j, q) * n + base) * es, m * es);
+        }
+        comm->shm_bytes += (size_t)(L - 1) * (size_t)N * m * es;
+        if ((st = smddp__shm_sync(comm, op)) != SMDDP_OK) break;
+        /* My slots (me, *) in my own half are free: reduce into them. */
+        char *work = mine + (size_t)me * N * m * es;
+        for (int j = 0; j < N; j++) {
+            for (int q = 0; q < L; q++)
+                srcs[q] = q == me ? send + ((size_t)at(comm, j, me) * n + base) * es
+                                  : (const char *)smddp__shm_buf(comm, q, h) +
+                                        ((size_t)me * N + j) * m * es;
+            smddp__reduce(&spec, work + (size_t)j * m * es, srcs, L, m);
+        }
+        for (int j = 0; j < N; j++) {
+            hr.off[j] = (size_t)j * m;
+            hr.len[j] = m;
+        }
+        st = smddp__ring_reduce_scatter(comm, op, &hr.ring, &c.step, work, hr.off, hr.len, hr.tmp,
+                                        step);
+        if (st != SMDDP_OK) break;
+        step += (uint32_t)N;
+        char *result = work + (size_t)comm->node * m * es;
+        if (c.post_divide) smddp__net_unary(op, SMDDP_AVG, comm->size, result, m);
+        memcpy(recv + base * es, result, m * es);
+        smddp__shm_step_end(comm, h);
+    }
+    hier_free(&hr);
+    return st;
+}
+
+/* Allgather: counterparts swap their blocks over the network, then the node shares them. */
+static smddp_status_t allgather(smddp_comm_t comm, smddp__op_t *op)
+{
+    size_t es = smddp_dtype_size(op->dtype), n = op->count, bytes = n * es;
+    int L = comm->local_size, N = comm->node_count, me = comm->local_rank, h;
+    char *recv = op->recvbuf;
+    hier_t hr;
+
+    SMDDP_CHECK(hier_init(comm, &hr, me, 0));
+    memmove(recv + (size_t)comm->rank * bytes, op->sendbuf, bytes);
+    for (int j = 0; j < N; j++) {
+        hr.off[j] = (size_t)hr.ranks[j] * n;
+        hr.len[j] = n;
+    }
+    smddp_status_t st = smddp__ring_allgather(comm, op, &hr.ring, recv, hr.off, hr.len, es, 0);
+    /* Inside the node: each rank stages its N blocks, in rounds of N slots. */
+    size_t slot = smddp__shm_half_size(comm) / (size_t)N;
+    int stream = bytes * (size_t)comm->size >= (size_t)smddp__params()->stream_min;
+    for (size_t o = 0; o < bytes && st == SMDDP_OK && L > 1; o += slot) {
+        size_t m = SMDDP_MIN(slot, bytes - o);
+        if ((st = smddp__shm_step_begin(comm, op, &h)) != SMDDP_OK) break;
+        char *mine = smddp__shm_buf(comm, me, h);
+        for (int j = 0; j < N; j++)
+            memcpy(mine + (size_t)j * slot, recv + (size_t)at(comm, j, me) * bytes + o, m);
+        comm->shm_bytes += (size_t)N * m;
+        uint32_t t = smddp__shm_post(comm);
+        if ((st = smddp__shm_wait_all(comm, op, t)) != SMDDP_OK) break;
+        for (int q = 0; q < L; q++) {
+            if (q == me) continue;
+            const char *theirs = smddp__shm_buf(comm, q, h);
+            for (int j = 0; j < N; j++)
+                smddp__copy(recv + (size_t)at(comm, j, q) * bytes + o, theirs + (size_t)j * slot,
+                            m, stream);
+        }
+        smddp__shm_step_end(comm, h);
+    }
+    hier_free(&hr);
+    return st;
+}
+
+/* Broadcast: a chain of the root's counterparts, then each node from its member of the chain. */
+static smddp_status_t broadcast(smddp_comm_t comm, smddp__op_t *op)
+{
+    size_t bytes = op->count * smddp_dtype_size(op->dtype);
+    size_t half = smddp__shm_half_size(comm);
+    int root_node = comm->node_of[op->root], root_lr = 0, me = comm->local_rank, h;
+    while (at(comm, root_node, root_lr) != op->root) root_lr++;
+    char *buf = op->recvbuf;
+    int stream = bytes >= (size_t)smddp__params()->stream_min;
+    hier_t hr;
+
+    SMDDP_CHECK(hier_init(comm, &hr, root_lr, 0));
+    smddp_status_t st = SMDDP_OK;
+    uint32_t step = 0;
+    for (size_t off = 0; off < bytes && st == SMDDP_OK; off += half) {
+        size_t m = SMDDP_MIN(half, bytes - off);
+        if ((st = smddp__shm_step_begin(comm, op, &h)) != SMDDP_OK) break;
+        if (me == root_lr) {
+            st = smddp__chain_broadcast(comm, op, &hr.ring, root_node, buf + off, m, step);
+            if (st != SMDDP_OK) break;
+            if (comm->local_size > 1) {
+                memcpy(smddp__shm_buf(comm, me, h), buf + off, m);
+                comm->shm_bytes += m;
+            }
+        }
+        step += (uint32_t)(m / (1u << 20) + 1);
+        uint32_t t = smddp__shm_post(comm);
+        if (me == root_lr) {
+            st = smddp__shm_wait_all(comm, op, t);
+        } else {
+            st = smddp__shm_wait(comm, op, root_lr, t);
+            if (st == SMDDP_OK) smddp__copy(buf + off, smddp__shm_buf(comm, root_lr, h), m, stream);
+        }
+        if (st == SMDDP_OK) smddp__shm_step_end(comm, h);
+    }
+    hier_free(&hr);
+    return st;
+}
+
+/* Barrier: everyone in the node arrives, the leaders meet, the node is released. */
+static smddp_status_t barrier(smddp_comm_t comm, smddp__op_t *op)
+{
+    SMDDP_CHECK(smddp__shm_sync(comm, op));
+    if (comm->local_rank == 0) {
+        hier_t hr;
+        SMDDP_CHECK(hier_init(comm, &hr, 0, 64));
+        uint8_t one = 1;
+        smddp__reduce_spec_t max = {.dtype = SMDDP_UINT8, .op = SMDDP_MAX, .premul = 1.0};
+        smddp_status_t st = smddp__ring_allreduce(comm, op, &hr.ring, &max, (char *)&one, 1,
+                                                  hr.tmp, 0);
+        hier_free(&hr);
+        SMDDP_CHECK(st);
+    }
+    return smddp__shm_sync(comm, op);
+}
+
+smddp_status_t smddp__hier_execute(smddp_comm_t comm, smddp__op_t *op)
+{
+    switch (op->kind) {
+    case SMDDP_OP_ALLREDUCE:
+        return smddp__hier_allreduce(comm, op);
+    case SMDDP_OP_REDUCE_SCATTER:
+        return smddp__net_via_fp32(comm, op, op->count * (size_t)comm->size, op->count,
+                                   reduce_scatter);
+    case SMDDP_OP_ALLGATHER:
+        return allgather(comm, op);
+    case SMDDP_OP_BROADCAST:
+        return broadcast(comm, op);
+    case SMDDP_OP_BARRIER:
+        return barrier(comm, op);
+    default:
+        return smddp__error(SMDDP_ERR_INTERNAL, "no hierarchical algorithm for %s",
+                            smddp__op_kind_name(op->kind));
+    }
+}

@@ -1,0 +1,90 @@
+/*
+ * Building blocks of the collectives across nodes (net.c), shared by the
+ * flat algorithms and the hierarchical ones (hier.c).
+ */
+#ifndef SMDDP_CORE_NET_H
+#define SMDDP_CORE_NET_H
+
+#include "../reduce/half.h"
+#include "../reduce/reduce.h"
+#include "coll.h"
+
+/* A group that a ring or chain runs over: member i is comm rank ranks[i] (NULL: i). */
+typedef struct smddp__ring {
+    int p;
+    int me;
+    const int *ranks;
+} smddp__ring_t;
+
+/*
+ * How a chain of partial reductions combines: PREMUL_SUM scales each rank's
+ * own input once (pre_scale) and then sums; AVG sums and divides once at
+ * the end (post_divide); every other op chains as it is (step).
+ */
+typedef struct smddp__chain {
+    smddp__reduce_spec_t step;
+    bool pre_scale;
+    bool post_divide;
+} smddp__chain_t;
+
+smddp__chain_t smddp__chain_ops(const smddp__op_t *op);
+/* Applies op's dtype with `which` (PREMUL_SUM: scale; AVG: divide by avg_div) to buf in place. */
+void smddp__net_unary(const smddp__op_t *op, smddp_op_t which, int avg_div, void *buf, size_t n);
+
+/*
+ * Sends slen bytes to comm rank `to` and receives rlen from `from` at once
+ * (either may be -1), tagged with (op->seq, step). Counts the bytes sent.
+ */
+smddp_status_t smddp__net_exchange(smddp_comm_t comm, const smddp__op_t *op, uint32_t step,
+                                   int to, const void *sbuf, size_t slen, int from, void *rbuf,
+                                   size_t rlen);
+
+/*
+ * A ring's block table: p offsets and lengths (elements), freed by the
+ * caller. each == 0: the even split of n (block 0 is the largest); else p
+ * blocks of `each`, block q at q * each.
+ */
+smddp_status_t smddp__net_blocks(int p, size_t n, size_t each, size_t **off, size_t **len);
+
+/*
+ * Ring reduce-scatter over work (g->p blocks; block q at off[q], len[q]
+ * elements of spec's dtype): afterwards block g->me holds every member's
+ * block g->me combined with spec. tmp holds the largest block. Uses steps
+ * step0 .. step0 + p - 2.
+ */
+smddp_status_t smddp__ring_reduce_scatter(smddp_comm_t comm, const smddp__op_t *op,
+                                          const smddp__ring_t *g,
+                                          const smddp__reduce_spec_t *spec, char *work,
+                                          const size_t *off, const size_t *len, char *tmp,
+                                          uint32_t step0);
+/* Ring allgather: block g->me of buf is this member's; afterwards every block is filled. */
+smddp_status_t smddp__ring_allgather(smddp_comm_t comm, const smddp__op_t *op,
+                                     const smddp__ring_t *g, char *buf, const size_t *off,
+                                     const size_t *len, size_t es, uint32_t step0);
+/*
+ * In-place ring allreduce of n elements of spec's dtype (no pre-scaling or
+ * final division: the caller does those). tmp holds n / p + 1 elements.
+ * Uses steps step0 .. step0 + 2p - 1.
+ */
+smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
+                                     const smddp__ring_t *g, const smddp__reduce_spec_t *spec,
+                                     char *buf, size_t n, char *tmp, uint32_t step0);
+/* Chain broadcast of bytes from member root, pipelined in 1 MiB steps from step0. */
+smddp_status_t smddp__chain_broadcast(smddp_comm_t comm, const smddp__op_t *op,
+                                      const smddp__ring_t *g, int root, char *buf, size_t bytes,
+                                      uint32_t step0);
+
+/*
+ * fp16/bf16: runs `run` on an fp32 copy of op's in_count inputs and rounds
+ * its out_count results once into op->recvbuf; other dtypes: run(op).
+ */
+smddp_status_t smddp__net_via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in_count,
+                                   size_t out_count,
+                                   smddp_status_t (*run)(smddp_comm_t, smddp__op_t *));
+
+/* Hierarchical algorithms (hier.c); comm->node_ranks must be set. */
+smddp_status_t smddp__hier_allreduce(smddp_comm_t comm, smddp__op_t *op);
+/* Reduce-scatter, allgather, broadcast and barrier. */
+smddp_status_t smddp__hier_execute(smddp_comm_t comm, smddp__op_t *op);
+
+#endif /* SMDDP_CORE_NET_H */

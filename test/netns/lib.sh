@@ -1,0 +1,97 @@
+# Several "hosts" on one machine, sourced by test/netns/run.sh and
+# bench/netns_bench.sh: one network namespace per node, each joined to a
+# bridge by a veth pair (10.77.<id>.<node + 1>/24, interface eth0), ranks
+# started inside them with `ip netns exec` and told their node by
+# SMDDP_HOSTNAME (the namespaces share the host name). The caller traps EXIT
+# to ns_cleanup, which removes everything made here and kills what runs in it.
+NS_ID=$(( $$ % 200 + 20 ))           # third octet of this run's subnet
+NS_TAG=s$$                           # prefix of every name this run creates
+NS_BR=${NS_TAG}br
+NODES_UP=0
+NS_ENV=()                            # extra NAME=value for every rank
+RANK_PIDS=()
+
+ns_name() { echo "${NS_TAG}n$1"; }
+ns_addr() { echo "10.77.$NS_ID.$(( $1 + 1 ))"; }
+
+ns_cleanup() {
+    for ((i = 0; i < NODES_UP; i++)); do
+        local ns
+        ns=$(ns_name "$i")
+        # Ranks left behind by a failed check die with their namespace.
+        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+        ip netns del "$ns" 2>/dev/null
+        ip link del "${NS_TAG}h$i" 2>/dev/null
+    done
+    ip link del "$NS_BR" 2>/dev/null
+    NODES_UP=0
+}
+
+# make_nodes N: namespaces 0..N-1 on one bridge.
+make_nodes() {
+    local n=$1
+    ip link add "$NS_BR" type bridge || return 1
+    ip link set "$NS_BR" up || return 1
+    for ((i = 0; i < n; i++)); do
+        local ns
+        ns=$(ns_name "$i")
+        ip netns add "$ns" || return 1
+        NODES_UP=$((i + 1))
+        ip link add "${NS_TAG}h$i" type veth peer name "${NS_TAG}c$i" || return 1
+        ip link set "${NS_TAG}c$i" netns "$ns" || return 1
+        ip -n "$ns" link set "${NS_TAG}c$i" name eth0 || return 1
+        ip -n "$ns" addr add "$(ns_addr "$i")/24" dev eth0 || return 1
+        ip -n "$ns" link set eth0 up || return 1
+        ip -n "$ns" link set lo up || return 1
+        ip link set "${NS_TAG}h$i" master "$NS_BR" || return 1
+        ip link set "${NS_TAG}h$i" up || return 1
+    done
+}
+
+# The environment of one rank on node NODE: ns_env RANK WORLD PER NODE PORT.
+ns_env() {
+    local r=$1 world=$2 per=$3 node=$4 port=$5
+    echo SMDDP_RANK=$r SMDDP_WORLD_SIZE=$world RANK=$r WORLD_SIZE=$world \
+        LOCAL_RANK=$((r % per)) LOCAL_WORLD_SIZE=$per \
+        SMDDP_MASTER_ADDR="$(ns_addr 0)" SMDDP_MASTER_PORT=$port \
+        MASTER_ADDR="$(ns_addr 0)" MASTER_PORT=$((port + 1)) \
+        SMDDP_HOSTNAME=host$node FI_TCP_IFACE=eth0 GLOO_SOCKET_IFNAME=eth0
+}
+
+# start_ranks NODES PER LIMIT LOGPREFIX CMD...: starts NODES x PER ranks
+# (rank = node * PER + local) under `timeout -s KILL LIMIT`, output to
+# LOGPREFIX.rank<r>; their pids go to RANK_PIDS.
+start_ranks() {
+    local nodes=$1 per=$2 limit=$3 log=$4
+    shift 4
+    local world=$((nodes * per)) port=$((20000 + RANDOM % 20000))
+    RANK_PIDS=()
+    for ((r = 0; r < world; r++)); do
+        local node=$((r / per))
+        # shellcheck disable=SC2046
+        ip netns exec "$(ns_name "$node")" env $(ns_env "$r" "$world" "$per" "$node" "$port") \
+            SMDDP_TIMEOUT="${SMDDP_TIMEOUT:-60}" "${NS_ENV[@]}" \
+            timeout -s KILL "$limit" "$@" >"$log.rank$r" 2>&1 &
+        RANK_PIDS+=($!)
+    done
+}
+
+# wait_ranks: waits for RANK_PIDS; returns the last non-zero exit status.
+wait_ranks() {
+    local rc=0
+    for ((r = 0; r < ${#RANK_PIDS[@]}; r++)); do
+        wait "${RANK_PIDS[$r]}" || { rc=$?; echo "  rank $r exited $rc"; }
+    done
+    return $rc
+}
+
+# ns_exec NODE CMD...: runs CMD in node NODE's namespace under a host name of
+# its own (a new UTS namespace named like the network namespace), as on a
+# real host: launchers and libraries that tell nodes apart by host name
+# (Open MPI, torchrun, smddp without SMDDP_HOSTNAME) see NODES machines.
+ns_exec() {
+    local ns
+    ns=$(ns_name "$1")
+    shift
+    ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$ns" "$@"
+}
