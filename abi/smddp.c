@@ -515,10 +515,6 @@ static smddp_status_t p2p(const coll_check_t *c, smddp__op_kind_t kind, const vo
         return INVALID(c->comm, "%s: peer %d is this rank; send/recv need another rank", c->fn,
                        peer);
     if (tag < 0) return INVALID(c->comm, "%s: tag %d is negative; tags must be >= 0", c->fn, tag);
-    if (c->comm->node_of[peer] != c->comm->node)
-        return fail(c->comm, smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                                          "%s to/from rank %d: send/recv between ranks on "
-                                          "different nodes is not supported yet", c->fn, peer));
     SMDDP_CHECK(check_buf(c, "buf", kind == SMDDP_OP_SEND ? sbuf : rbuf, count));
     smddp__op_t *op = make_op(c->comm, kind, sbuf, rbuf, count, dtype, SMDDP_SUM, peer, attr);
     if (op) op->tag = tag;

@@ -335,12 +335,11 @@ void smddp__comm_publish_abort(smddp_comm_t comm)
     restore_error(&saved);
 }
 
-bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns)
+bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns, int waiting_for)
 {
     if (atomic_load(&comm->aborted)) return true;
     if (comm->node_count < 2) return false;
     int64_t last = atomic_load(&comm->remote_abort_polled_ns);
-    if (last < 0) return false; /* the store stopped answering: not asked again */
     if (last == 0) {
         /* The first call of an op only starts the clock: quick ops never ask. */
         atomic_store(&comm->remote_abort_polled_ns, now_ns);
@@ -361,11 +360,21 @@ bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns)
         snprintf(key, sizeof(key), "%s/abort/msg", comm->prefix);
         st = smddp__store_get(comm->store, key, 1000, &v, &len);
     }
+    char why[SMDDP_ERRMSG_MAX / 2];
+    snprintf(why, sizeof(why), "%s", smddp__last_error());
     restore_error(&saved);
     if (st != SMDDP_OK) {
-        /* Often the store's host has already gone: its own failure will be reported instead. */
-        atomic_store(&comm->remote_abort_polled_ns, -1);
-        return false;
+        /*
+         * The store's host is gone (usually after failing itself): nothing can be
+         * coordinated any more, and whoever this rank waits for is not coming.
+         */
+        char msg[SMDDP_ERRMSG_MAX];
+        char peer[48] = "another rank";
+        if (waiting_for >= 0) snprintf(peer, sizeof(peer), "rank %d", waiting_for);
+        snprintf(msg, sizeof(msg), "while this rank waited for %s, the job's store stopped "
+                 "answering (its host has probably failed): %s", peer, why);
+        smddp__comm_abort(comm, SMDDP_ERR_PEER_LOST, msg);
+        return true;
     }
     if (count <= 0) return false;
     char msg[SMDDP_ERRMSG_MAX];

@@ -91,6 +91,7 @@ struct smddp_comm {
     smddp__shm_t *shm;
     smddp__p2p_t *p2p;       /* send/recv engine, started on first use */
     struct smddp__ofi *ofi;  /* network transport, when the comm spans nodes */
+    struct smddp__ofi *ofi_p2p; /* its send/recv endpoint, driven by the p2p thread */
     struct smddp__cuda *cuda; /* CUDA IPC state, set up by the first CUDA collective */
     struct ncclComm *nccl;   /* NCCL communicator, created by the first collective routed to it */
 
@@ -141,10 +142,11 @@ void smddp__comm_adopt_peer_abort(smddp_comm_t comm);
 void smddp__comm_publish_abort(smddp_comm_t comm);
 /*
  * For long waits across nodes: at most every half second, looks in the
- * store for an abort another node published, and adopts it. True if comm is
- * now aborted.
+ * store for an abort another node published, and adopts it; a store that
+ * stopped answering (its host died) aborts comm too, naming waiting_for (the
+ * comm rank this rank waits for, or -1). True if comm is now aborted.
  */
-bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns);
+bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns, int waiting_for);
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm);
 void smddp__comm_set_last_error(smddp_comm_t comm, const char *msg);
 /* This process's node name (SMDDP_HOSTNAME, else the host name). */

@@ -90,8 +90,8 @@ static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op)
         smddp__comm_abort(comm, st, smddp__last_error());
         smddp__comm_publish_abort(comm);
     }
-    /* Each op starts its own clock for polling remote aborts (-1: polling is off). */
-    if (atomic_load(&comm->remote_abort_polled_ns) > 0) atomic_store(&comm->remote_abort_polled_ns, 0);
+    /* Each op starts its own clock for polling remote aborts. */
+    atomic_store(&comm->remote_abort_polled_ns, 0);
     return st;
 }
 

@@ -9,6 +9,12 @@
  * bytes for the head of every FIFO at once through the pair rings, never
  * blocking on any single one. A message is a 16-byte header (magic, tag,
  * length) and the payload.
+ *
+ * A peer on another node is reached through the communicator's send/recv
+ * endpoint (comm->ofi_p2p), which only this thread drives: each op is posted
+ * as soon as it arrives, tagged (per-peer message number, user tag); a
+ * receive matches the next message number whatever its tag and then checks
+ * tag and size, so messages between two ranks match in order, as inside a node.
  */
 #include <inttypes.h>
 #include <sched.h>
@@ -17,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../transport/ofi.h"
 #include "../transport/shm.h"
 #include "coll.h"
 
@@ -37,6 +44,13 @@ typedef struct p2p_state {
     bool mismatch;
 } p2p_state_t;
 
+/* An op posted to the network; a failed receive stays here, cancelled, until libfabric lets go. */
+typedef struct remote {
+    smddp__ofi_xfer_t x;
+    smddp__op_t *op; /* NULL once the op has been completed */
+    struct remote *next;
+} remote_t;
+
 struct smddp__p2p {
     pthread_t thread;
     pthread_mutex_t lock;
@@ -45,8 +59,103 @@ struct smddp__p2p {
     smddp__op_t *incoming, *incoming_tail; /* submitted, not yet sorted */
     smddp__op_t **sendq, **recvq;          /* per local rank: FIFO heads */
     p2p_state_t *sends, *recvs;            /* state of each FIFO head */
+    remote_t *remote;                      /* posted to peers on other nodes */
     int active;
 };
+
+static void complete_remote(smddp_comm_t comm, remote_t *r, smddp_status_t st)
+{
+    smddp__op_t *op = r->op;
+    r->op = NULL;
+    comm->p2p->active--;
+    smddp__op_complete(op, st);
+    smddp__request_unref(op);
+}
+
+/* Posts op to its peer on another node; failures complete it at once. */
+static void post_remote(smddp_comm_t comm, smddp__op_t *op)
+{
+    smddp__p2p_t *p = comm->p2p;
+    remote_t *r = calloc(1, sizeof(*r));
+    smddp_status_t st;
+    if (!r) {
+        st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate a send/recv");
+        smddp__op_complete(op, st);
+        smddp__request_unref(op);
+        return;
+    }
+    r->op = op;
+    p->active++;
+    size_t bytes = op->count * smddp_dtype_size(op->dtype);
+    uint64_t tag = op->seq << 32 | (uint32_t)op->tag;
+    st = op->kind == SMDDP_OP_SEND
+             ? smddp__ofi_post_on(comm->ofi_p2p, &r->x, 1, op->root, tag, 0,
+                                  (void *)op->sendbuf, bytes)
+             : smddp__ofi_post_on(comm->ofi_p2p, &r->x, 0, op->root, op->seq << 32, 0xffffffffu,
+                                  op->recvbuf, bytes);
+    if (st < 0) {
+        complete_remote(comm, r, st);
+        free(r);
+        return;
+    }
+    r->next = p->remote;
+    p->remote = r;
+}
+
+/* Completes what the network finished; true if anything did. */
+static bool progress_remote(smddp_comm_t comm)
+{
+    smddp__p2p_t *p = comm->p2p;
+    bool any = false;
+    smddp_status_t st = smddp__ofi_progress(comm->ofi_p2p);
+    for (remote_t **link = &p->remote; *link;) {
+        remote_t *r = *link;
+        if (!r->x.done && st == SMDDP_OK) {
+            link = &r->next;
+            continue;
+        }
+        if (r->op) {
+            smddp__op_t *op = r->op;
+            char desc[256];
+            smddp__op_describe(op, desc, sizeof(desc));
+            size_t want = op->count * smddp_dtype_size(op->dtype);
+            smddp_status_t result = SMDDP_OK;
+            if (st < 0)
+                result = smddp__error_quiet(st, "%s failed: %s", desc, smddp__last_error());
+            else if (r->x.status < 0)
+                result = smddp__error_quiet(r->x.status, "%s failed: %s", desc, r->x.err);
+            else if (!r->x.is_send && ((uint32_t)r->x.tag != (uint32_t)op->tag ||
+                                       r->x.received != want))
+                result = smddp__error_quiet(
+                    SMDDP_ERR_MISMATCH,
+                    "%s: the next message from rank %d has tag %d and %zu bytes, but this recv "
+                    "expects tag %d and %zu bytes (messages between two ranks are matched in "
+                    "order); the message was discarded",
+                    desc, op->root, (int)(uint32_t)r->x.tag, r->x.received, op->tag, want);
+            /*
+             * A message cut off at the receive buffer leaves the provider unable to match
+             * what follows from that peer (tcp;ofi_rxm), so nothing from it can be trusted
+             * any more: abort rather than let later receives wait for their deadline.
+             */
+            if (r->x.status == SMDDP_ERR_MISMATCH) {
+                char msg[SMDDP_ERRMSG_MAX];
+                snprintf(msg, sizeof(msg), "%s; later messages between these two ranks cannot "
+                         "be matched, so the communicator is aborted", smddp__last_error());
+                smddp__comm_abort(comm, SMDDP_ERR_MISMATCH, msg);
+                result = smddp__error_quiet(SMDDP_ERR_MISMATCH, "%s", msg);
+            }
+            complete_remote(comm, r, result);
+        }
+        if (!r->x.done) { /* the CQ failed: the op is reported, the transfer left to teardown */
+            link = &r->next;
+            continue;
+        }
+        *link = r->next;
+        free(r);
+        any = true;
+    }
+    return any;
+}
 
 static void fifo_push(smddp__op_t **head, smddp__op_t *op)
 {
@@ -163,6 +272,13 @@ static void fail_all(smddp_comm_t comm, smddp_status_t st)
             finish(comm, &p->recvq[lr], &p->recvs[lr], st);
         }
     }
+    for (remote_t *r = p->remote; r; r = r->next) {
+        if (!r->op) continue;
+        /* A receive must not land in a buffer its owner may reuse: cancel it first. */
+        smddp__ofi_cancel(comm->ofi_p2p, &r->x);
+        smddp__error_quiet(st, "%s", msg);
+        complete_remote(comm, r, st);
+    }
 }
 
 /* Deadline, abort and dead-peer checks for every FIFO head. */
@@ -199,6 +315,20 @@ static smddp_status_t check_health(smddp_comm_t comm)
                                           dir ? "send it" : "receive it");
         }
     }
+    for (remote_t *r = p->remote; r; r = r->next) {
+        smddp__op_t *op = r->op;
+        if (!op) continue;
+        char desc[256];
+        smddp__op_describe(op, desc, sizeof(desc));
+        if (smddp__comm_poll_remote_abort(comm, now, op->root) || atomic_load(&comm->aborted))
+            return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
+                                      desc, comm->abort_msg);
+        if (now >= op->deadline_ns)
+            return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
+                                      "%s timed out after %.3f s: rank %d (on another node) did "
+                                      "not %s", desc, (double)comm->timeout_ms / 1000.0, op->root,
+                                      op->kind == SMDDP_OP_RECV ? "send it" : "receive it");
+    }
     return SMDDP_OK;
 }
 
@@ -214,6 +344,10 @@ static void *p2p_main(void *arg)
             smddp__op_t *op = p->incoming;
             p->incoming = op->next;
             int lr = smddp__local_index(comm, op->root);
+            if (lr < 0) {
+                post_remote(comm, op);
+                continue;
+            }
             fifo_push(op->kind == SMDDP_OP_SEND ? &p->sendq[lr] : &p->recvq[lr], op);
             p->active++;
         }
@@ -239,6 +373,7 @@ static void *p2p_main(void *arg)
                 if (p->recvq[lr] == head) break;
             }
         }
+        if (p->remote) moved |= progress_remote(comm);
         int64_t now = smddp__now_ns();
         if (now - last_check > CHECK_EVERY_NS) {
             last_check = now;
@@ -332,6 +467,13 @@ void smddp__p2p_stop(smddp_comm_t comm)
     pthread_cond_signal(&p->cond);
     pthread_mutex_unlock(&p->lock);
     pthread_join(p->thread, NULL);
+    /* Transfers still posted (cancelled receives) go with the endpoint. */
+    if (p->remote) smddp__ofi_teardown_p2p(comm);
+    while (p->remote) {
+        remote_t *r = p->remote;
+        p->remote = r->next;
+        free(r);
+    }
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
     free(p->sendq);

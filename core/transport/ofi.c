@@ -125,21 +125,21 @@ static smddp_status_t open_endpoint(smddp__ofi_t *o)
     return SMDDP_OK;
 }
 
-/* Publishes this rank's address and inserts every rank's, in rank order. */
-static smddp_status_t exchange_addresses(smddp_comm_t comm, smddp__ofi_t *o)
+/* Publishes this rank's address under channel and inserts every rank's, in rank order. */
+static smddp_status_t exchange_addresses(smddp_comm_t comm, smddp__ofi_t *o, const char *channel)
 {
     char name[ADDR_MAX], key[320];
     size_t len = sizeof(name);
     int rc = fi_getname(&o->ep->fid, name, &len);
     if (rc != 0) return fi_error(rc, "fi_getname");
-    snprintf(key, sizeof(key), "%s/ofi/%d", comm->prefix, comm->rank);
+    snprintf(key, sizeof(key), "%s/%s/%d", comm->prefix, channel, comm->rank);
     SMDDP_CHECK(smddp__store_set(comm->store, key, name, len));
     o->addrs = calloc((size_t)comm->size, sizeof(*o->addrs));
     if (!o->addrs) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the address table");
     for (int r = 0; r < comm->size; r++) {
         void *v = NULL;
         size_t vlen = 0;
-        snprintf(key, sizeof(key), "%s/ofi/%d", comm->prefix, r);
+        snprintf(key, sizeof(key), "%s/%s/%d", comm->prefix, channel, r);
         SMDDP_CHECK(smddp__store_get(comm->store, key, comm->timeout_ms, &v, &vlen));
         if (vlen == 0 || vlen > ADDR_MAX) {
             free(v);
@@ -156,27 +156,8 @@ static smddp_status_t exchange_addresses(smddp_comm_t comm, smddp__ofi_t *o)
     return SMDDP_OK;
 }
 
-smddp_status_t smddp__ofi_setup(smddp_comm_t comm)
+static void instance_close(smddp__ofi_t *o)
 {
-    smddp__ofi_t *o = calloc(1, sizeof(*o));
-    if (!o) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the network transport");
-    comm->ofi = o;
-    smddp_status_t st = open_endpoint(o);
-    if (st >= 0) st = exchange_addresses(comm, o);
-    if (st < 0) {
-        char msg[SMDDP_ERRMSG_MAX];
-        snprintf(msg, sizeof(msg), "%s", smddp__last_error());
-        smddp__ofi_teardown(comm);
-        return smddp__error(st, "rank %d: network setup failed: %s", comm->rank, msg);
-    }
-    SMDDP_INFO("rank %d: libfabric provider %s, domain %s", comm->rank, o->provider,
-               o->info->domain_attr->name);
-    return SMDDP_OK;
-}
-
-void smddp__ofi_teardown(smddp_comm_t comm)
-{
-    smddp__ofi_t *o = comm->ofi;
     if (!o) return;
     if (o->ep) fi_close(&o->ep->fid);
     if (o->cq) fi_close(&o->cq->fid);
@@ -186,19 +167,62 @@ void smddp__ofi_teardown(smddp_comm_t comm)
     if (o->info) fi_freeinfo(o->info);
     free(o->addrs);
     free(o);
-    comm->ofi = NULL;
 }
 
-/* Reads what the CQ has; marks the transfers done. Returns < 0 only on a CQ failure. */
-static smddp_status_t progress(smddp_comm_t comm)
+/* One endpoint with its own fabric and domain, so that two threads never share a domain. */
+static smddp_status_t instance_open(smddp_comm_t comm, const char *channel, smddp__ofi_t **out)
 {
-    smddp__ofi_t *o = comm->ofi;
+    smddp__ofi_t *o = calloc(1, sizeof(*o));
+    if (!o) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the network transport");
+    smddp_status_t st = open_endpoint(o);
+    if (st >= 0) st = exchange_addresses(comm, o, channel);
+    if (st < 0) {
+        instance_close(o);
+        return st;
+    }
+    *out = o;
+    return SMDDP_OK;
+}
+
+smddp_status_t smddp__ofi_setup(smddp_comm_t comm)
+{
+    /* Collectives use one endpoint (their thread), send/recv another (the p2p thread). */
+    smddp_status_t st = instance_open(comm, "ofi", &comm->ofi);
+    if (st >= 0) st = instance_open(comm, "ofi-p2p", &comm->ofi_p2p);
+    if (st < 0) {
+        char msg[SMDDP_ERRMSG_MAX];
+        snprintf(msg, sizeof(msg), "%s", smddp__last_error());
+        smddp__ofi_teardown(comm);
+        return smddp__error(st, "rank %d: network setup failed: %s", comm->rank, msg);
+    }
+    SMDDP_INFO("rank %d: libfabric provider %s, domain %s", comm->rank, comm->ofi->provider,
+               comm->ofi->info->domain_attr->name);
+    return SMDDP_OK;
+}
+
+void smddp__ofi_teardown(smddp_comm_t comm)
+{
+    instance_close(comm->ofi);
+    comm->ofi = NULL;
+    smddp__ofi_teardown_p2p(comm);
+}
+
+void smddp__ofi_teardown_p2p(smddp_comm_t comm)
+{
+    instance_close(comm->ofi_p2p);
+    comm->ofi_p2p = NULL;
+}
+
+smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
+{
     struct fi_cq_tagged_entry entries[16];
     ssize_t n = fi_cq_read(o->cq, entries, 16);
     if (n > 0) {
         for (ssize_t i = 0; i < n; i++) {
             smddp__ofi_xfer_t *x = entries[i].op_context;
             x->status = SMDDP_OK;
+            x->tag = entries[i].tag;
+            x->received = entries[i].len;
             x->done = 1;
         }
         return SMDDP_OK;
@@ -213,10 +237,16 @@ static smddp_status_t progress(smddp_comm_t comm)
         snprintf(detail, sizeof(detail), " (%s)",
                  fi_cq_strerror(o->cq, err.prov_errno, err.err_data, NULL, 0));
     if (x) {
-        snprintf(x->err, sizeof(x->err), "%s of %zu bytes %s rank %d failed: %s%s",
-                 x->is_send ? "send" : "receive", x->len, x->is_send ? "to" : "from", x->peer,
-                 fi_strerror(err.err), detail);
-        x->status = SMDDP_ERR_PEER_LOST;
+        if (err.err == FI_ETRUNC)
+            snprintf(x->err, sizeof(x->err), "the message from rank %d is larger than the %zu "
+                     "bytes expected (it was cut off)", x->peer, x->len);
+        else
+            snprintf(x->err, sizeof(x->err), "%s of %zu bytes %s rank %d failed: %s%s",
+                     x->is_send ? "send" : "receive", x->len, x->is_send ? "to" : "from",
+                     x->peer, fi_strerror(err.err), detail);
+        x->status = err.err == FI_ETRUNC ? SMDDP_ERR_MISMATCH
+                    : err.err == FI_ECANCELED ? SMDDP_ERR_ABORTED
+                                              : SMDDP_ERR_PEER_LOST;
         x->done = 1;
         return SMDDP_OK;
     }
@@ -224,25 +254,37 @@ static smddp_status_t progress(smddp_comm_t comm)
                         fi_strerror(err.err), detail);
 }
 
-smddp_status_t smddp__ofi_post(smddp_comm_t comm, smddp__ofi_xfer_t *x, int is_send, int peer,
-                               uint64_t tag, void *buf, size_t len)
+static smddp_status_t progress(smddp_comm_t comm) { return smddp__ofi_progress(comm->ofi); }
+
+smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
+                                  uint64_t tag, uint64_t ignore, void *buf, size_t len)
 {
-    smddp__ofi_t *o = comm->ofi;
     memset(x, 0, sizeof(*x));
     x->peer = peer;
     x->is_send = is_send;
     x->len = len;
     for (;;) {
         ssize_t rc = is_send ? fi_tsend(o->ep, buf, len, NULL, o->addrs[peer], tag, x)
-                             : fi_trecv(o->ep, buf, len, NULL, o->addrs[peer], tag, 0, x);
+                             : fi_trecv(o->ep, buf, len, NULL, o->addrs[peer], tag, ignore, x);
         if (rc == 0) return SMDDP_OK;
         if (rc != -FI_EAGAIN)
             return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: posting a %s of %zu bytes %s rank "
                                 "%d failed: %s", is_send ? "send" : "receive", len,
                                 is_send ? "to" : "from", peer, fi_strerror((int)-rc));
         /* The endpoint is full: completing what it holds makes room. */
-        SMDDP_CHECK(progress(comm));
+        SMDDP_CHECK(smddp__ofi_progress(o));
     }
+}
+
+void smddp__ofi_cancel(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
+{
+    if (!x->done) fi_cancel(&o->ep->fid, x);
+}
+
+smddp_status_t smddp__ofi_post(smddp_comm_t comm, smddp__ofi_xfer_t *x, int is_send, int peer,
+                               uint64_t tag, void *buf, size_t len)
+{
+    return smddp__ofi_post_on(comm->ofi, x, is_send, peer, tag, 0, buf, len);
 }
 
 smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__ofi_xfer_t *x)
@@ -269,7 +311,7 @@ smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__
         }
         if (i % CHECK_EVERY) continue;
         char desc[256];
-        if (smddp__comm_poll_remote_abort(comm, smddp__now_ns())) {
+        if (smddp__comm_poll_remote_abort(comm, smddp__now_ns(), x->peer)) {
             smddp__op_describe(op, desc, sizeof(desc));
             return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
                                       desc, comm->abort_msg);
@@ -306,6 +348,7 @@ smddp_status_t smddp__ofi_setup(smddp_comm_t comm)
                         "rebuild) and cannot reach ranks on other nodes");
 }
 void smddp__ofi_teardown(smddp_comm_t comm) { (void)comm; }
+void smddp__ofi_teardown_p2p(smddp_comm_t comm) { (void)comm; }
 smddp_status_t smddp__ofi_post(smddp_comm_t comm, smddp__ofi_xfer_t *x, int is_send, int peer,
                                uint64_t tag, void *buf, size_t len)
 {
@@ -317,5 +360,17 @@ smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__
     (void)comm, (void)op, (void)x;
     return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
 }
+smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
+                                  uint64_t tag, uint64_t ignore, void *buf, size_t len)
+{
+    (void)o, (void)x, (void)is_send, (void)peer, (void)tag, (void)ignore, (void)buf, (void)len;
+    return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
+}
+smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
+{
+    (void)o;
+    return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
+}
+void smddp__ofi_cancel(smddp__ofi_t *o, smddp__ofi_xfer_t *x) { (void)o, (void)x; }
 
 #endif

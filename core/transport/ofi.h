@@ -17,14 +17,16 @@
 bool smddp__ofi_built(void);
 
 /*
- * Collective over every rank of comm, through its store: opens the endpoint,
- * publishes its address and inserts every peer's. The provider is
+ * Collective over every rank of comm, through its store: opens two endpoints
+ * (collectives, send/recv), publishes their addresses and inserts every peer's. The provider is
  * SMDDP_OFI_PROVIDER, else libfabric's choice under FI_PROVIDER, else efa
  * where present, else tcp;ofi_rxm.
  */
 smddp_status_t smddp__ofi_setup(smddp_comm_t comm);
-/* Closes the endpoint; transfers still posted are dropped. Safe without setup. */
+/* Closes the endpoints; transfers still posted are dropped. Safe without setup. */
 void smddp__ofi_teardown(smddp_comm_t comm);
+/* Closes only the send/recv endpoint (the p2p thread has stopped). */
+void smddp__ofi_teardown_p2p(smddp_comm_t comm);
 /* The provider in use, e.g. "tcp;ofi_rxm" (NULL before setup). */
 const char *smddp__ofi_provider(smddp_comm_t comm);
 
@@ -34,6 +36,8 @@ typedef struct smddp__ofi_xfer {
     int peer;              /* comm rank */
     int is_send;
     size_t len;
+    uint64_t tag;          /* completed receive: the sender's tag */
+    size_t received;       /* completed receive: bytes that arrived */
     int done;
     smddp_status_t status;
     char err[256];         /* why it failed */
@@ -52,5 +56,20 @@ smddp_status_t smddp__ofi_post(smddp_comm_t comm, smddp__ofi_xfer_t *x, int is_s
  * wait; 0: no deadline).
  */
 smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__ofi_xfer_t *x);
+
+/*
+ * The same on a given endpoint (comm->ofi: collectives' thread; comm->ofi_p2p:
+ * the send/recv thread), never blocking; a receive matches tags that equal
+ * tag in every bit not set in ignore.
+ */
+smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
+                                  uint64_t tag, uint64_t ignore, void *buf, size_t len);
+/* Reads o's completion queue once, marking finished transfers done. */
+smddp_status_t smddp__ofi_progress(smddp__ofi_t *o);
+/*
+ * Asks o to drop the posted, unfinished x; x must stay valid until it
+ * reports done (with SMDDP_ERR_ABORTED) or o is closed.
+ */
+void smddp__ofi_cancel(smddp__ofi_t *o, smddp__ofi_xfer_t *x);
 
 #endif /* SMDDP_CORE_OFI_H */

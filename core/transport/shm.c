@@ -440,7 +440,8 @@ static smddp_status_t wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uin
         now = smddp__now_ns();
         if (now - last_check >= SLICE_NS) {
             last_check = now;
-            if (smddp__comm_poll_remote_abort(comm, now)) continue;
+            if (smddp__comm_poll_remote_abort(comm, now, blame >= 0 ? comm->local_ranks[blame] : -1))
+                continue;
             if (blame >= 0 && atomic_load(&s->ctrl[blame].left) && !ready(s, arg)) {
                 smddp__op_describe(op, desc, sizeof(desc));
                 return smddp__error_quiet(SMDDP_ERR_PEER_LOST,

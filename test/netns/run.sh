@@ -4,7 +4,8 @@
 # collectives (hierarchical, and allreduce flat), torch's collectives and DDP
 # against gloo (torch_job.py); on 2 x 2 also torchrun across the namespaces
 # (smddprun --nnodes), mpirun with smddprun as the per-rank wrapper (ns_rsh
-# stands in for ssh), and the fault cases (a rank SIGKILLed, a link down).
+# stands in for ssh), the collectives over links that drop 0.1% of packets,
+# and the fault cases (a rank SIGKILLed, a link down).
 # Removes everything it created, also when a check fails or it is killed.
 #
 #   test/netns/run.sh BUILD_DIR        (as root; BUILD_DIR has bench/smddp_bench)
@@ -97,9 +98,11 @@ mpirun_job() {
 # 20 s timeout; after 4 s, HOW strikes (kill: SIGKILL rank 3 on node 1; link:
 # node 1's veth goes down). Passes when every surviving rank fails on its own
 # (no hang, no kill by the harness) within LIMIT seconds of the strike, with
-# an error message; for kill, every message must name rank 3.
+# an error message (for kill, every message must name rank 3), and no
+# process or shared-memory segment is left behind.
 fault_job() {
-    local name="2x2-fault-$1" limit=$2 how=$1 rc=0 bad=""
+    local name="2x2-fault-$1" limit=$2 how=$1 rc=0 bad="" shm_before
+    shm_before=$(ls /dev/shm | grep -c '^smddp-')
     SMDDP_TIMEOUT=20 start_ranks 2 2 120 "$LOG/$name" "$BENCH" -o allreduce -b 1M -e 1M \
         -n 100000000 -w 0 -c 0
     sleep 4
@@ -124,6 +127,12 @@ fault_job() {
     done
     local took=$((SECONDS - t0))
     ip link set "${NS_TAG}h1" up
+    # Nothing left behind: no rank still running in a namespace, no segment in /dev/shm.
+    local left shm_after
+    left=$( (ip netns pids "$(ns_name 0)"; ip netns pids "$(ns_name 1)") | wc -l)
+    [ "$left" -eq 0 ] || bad+=" $left process(es) left in the namespaces;"
+    shm_after=$(ls /dev/shm | grep -c '^smddp-')
+    [ "$shm_after" -le "$shm_before" ] || bad+=" shared memory left: $(ls /dev/shm | grep '^smddp-' | tr '\n' ' ');"
     [ $took -le "$limit" ] || bad+=" took ${took} s (limit $limit s);"
     if [ -z "$bad" ]; then
         passed=$((passed + 1))
@@ -132,6 +141,40 @@ fault_job() {
         failed=$((failed + 1))
         echo "FAIL $name:$bad (logs: $LOG/$name.rank*)"
     fi
+}
+
+# lossy_job: 0.1% of the packets each node sends are dropped (nftables in
+# both namespaces; this kernel has no sch_netem for tc's delay and loss, and
+# no nfqueue to delay in user space), while the collectives run with their
+# results checked; TCP must recover every loss, and results stay exact.
+lossy_job() {
+    if ! command -v nft >/dev/null; then
+        failed=$((failed + 1))
+        echo "FAIL 2x2-lossy: nft (nftables) is not installed"
+        return
+    fi
+    for i in 0 1; do
+        ip netns exec "$(ns_name "$i")" nft -f - <<'NFT' || { failed=$((failed + 1)); echo "FAIL 2x2-lossy: nftables rules refused"; return; }
+table inet smddp_loss {
+    chain out {
+        type filter hook output priority 0; policy accept;
+        oifname "eth0" numgen random mod 1000 == 0 counter drop
+    }
+}
+NFT
+    done
+    for op in allreduce allgather reduce_scatter alltoall; do
+        run_job "2x2-lossy-$op" 2 2 180 "$BENCH" -o "$op" -b 8 -e 32M -f 8 -n 5 -w 1 -c 1
+    done
+    local dropped
+    dropped=$(for i in 0 1; do ip netns exec "$(ns_name "$i")" nft list ruleset; done |
+        grep -o 'packets [0-9]*' | awk '{s += $2} END {print s + 0}')
+    echo "  (packets dropped: $dropped)"
+    if [ "$dropped" -eq 0 ]; then
+        failed=$((failed + 1))
+        echo "FAIL 2x2-lossy: no packet was dropped, so the loss was not exercised"
+    fi
+    for i in 0 1; do ip netns exec "$(ns_name "$i")" nft delete table inet smddp_loss; done
 }
 
 SMDDPRUN=$(command -v smddprun || true)
@@ -173,6 +216,7 @@ see the error above (is this a container without CAP_NET_ADMIN?)"
         echo "FAIL ${nodes}x${per}-torch: python cannot import torch and smddp (pip install first)"
     fi
     if [ "$nodes" = 2 ]; then
+        lossy_job
         fault_job kill 25
         fault_job link 40
     fi

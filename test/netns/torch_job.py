@@ -2,12 +2,13 @@
 
 The default group is smddp across every node; a gloo group beside it gives
 the reference. Checks allreduce (sum and avg), allgather, reduce_scatter and
-broadcast against gloo, then trains a small DDP model for 10 steps under both
-from the same seed and compares the parameters. Exits non-zero on any
-difference.
+broadcast against gloo and send/recv around the ring, then trains a small DDP
+model for 10 steps under both from the same seed and compares the
+parameters. Exits non-zero on any difference.
 """
 
 import os
+import socket
 import sys
 from datetime import timedelta
 
@@ -55,6 +56,15 @@ def main() -> int:
         dist.broadcast(z, src=world - 1, group=gloo)
         same(f"broadcast n={n}", y, z)
 
+    # send/recv around the ring: with 2 ranks per node every other hop crosses nodes.
+    for n in (1, 300001):
+        out = torch.arange(n, dtype=torch.float32) + 1000 * rank
+        got = torch.empty(n)
+        reqs = [dist.irecv(got, src=(rank - 1) % world), dist.isend(out, dst=(rank + 1) % world)]
+        for r in reqs:
+            r.wait()
+        same(f"send/recv n={n}", got, torch.arange(n, dtype=torch.float32) + 1000 * ((rank - 1) % world))
+
     def model():
         torch.manual_seed(0)
         return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 8))
@@ -75,7 +85,7 @@ def main() -> int:
     dist.destroy_process_group()
     for line in bad:
         print(f"rank {rank}: {line}", file=sys.stderr)
-    print(f"rank {rank} of {world} on {os.environ.get('SMDDP_HOSTNAME')}: "
+    print(f"rank {rank} of {world} on {os.environ.get('SMDDP_HOSTNAME') or socket.gethostname()}: "
           f"{'FAILED' if bad else 'ok'}")
     return 1 if bad else 0
 

@@ -525,9 +525,8 @@ def test_new_group_beside_gloo_and_bad_dtype(world):
 FAKE_NODES = {"SMDDP_HOSTNAME": "fake-node-{rank}", "FI_TCP_IFACE": "lo"}
 
 
-@pytest.mark.parametrize("name", [n for n in COLLECTIVE_CHECKS if n != "send_recv_barrier"])
+@pytest.mark.parametrize("name", list(COLLECTIVE_CHECKS))
 def test_collectives_across_fake_nodes(name):
-    # send/recv between nodes is not supported yet.
     run_ranks(COLLECTIVE_CHECKS[name], 2, env=FAKE_NODES)
 
 
