@@ -34,7 +34,7 @@ world=$((NODES * PER))
 echo "# netns_bench: $NODES nodes x $PER ranks (namespaces over veth), $(nproc) CPUs, $(date -u +%F)"
 echo
 
-SIZES=(-b 8 -e 64M -f 8)
+SIZES=(-b 4 -e 64M -f 8)
 rc=0
 for algo in flat hier; do
     NS_ENV=(SMDDP_NET_ALGO=$algo)
