@@ -38,7 +38,7 @@ SIZES=(-b 4 -e 64M -f 8)
 rc=0
 for algo in flat hier; do
     NS_ENV=(SMDDP_NET_ALGO=$algo)
-    start_ranks "$NODES" "$PER" 600 "$tmp/c.$algo" "$S" -o allreduce "${SIZES[@]}" -n 10 -w 2 -c 1 -F csv
+    start_ranks "$NODES" "$PER" 600 "$tmp/c.$algo" "$S" -o allreduce "${SIZES[@]}" -n 10 -w 5 -c 1 -F csv
     wait_ranks || rc=1
 done
 NS_ENV=()

@@ -392,9 +392,9 @@ smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
     smddp__nccl_teardown(comm);
     smddp__cuda_teardown(comm);
     if (comm->ofi)
-        SMDDP_INFO("communicator %s: rank %d sent %llu bytes over the network, %llu of them to "
-                   "ranks on its own node, and staged %llu bytes in shared memory for its node's "
-                   "ranks in hierarchical collectives", comm->prefix, comm->rank,
+        SMDDP_INFO("communicator %s: in collectives, rank %d sent %llu bytes over the network, "
+                   "%llu of them to ranks on its own node, and staged %llu bytes in shared memory "
+                   "for its node's ranks", comm->prefix, comm->rank,
                    (unsigned long long)comm->net_bytes, (unsigned long long)comm->net_bytes_local,
                    (unsigned long long)comm->shm_bytes);
     smddp__shm_teardown(comm);

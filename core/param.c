@@ -95,6 +95,9 @@ static const param_row_t rows[] = {
     {"SMDDP_OFI_PROVIDER", P_STRING, "",
      "libfabric provider between nodes (default: FI_PROVIDER's choice if set, else efa where "
      "present, else tcp;ofi_rxm)", OFF(ofi_provider), CAP(ofi_provider), NULL},
+    {"SMDDP_OFI_MAX_INFLIGHT", P_INT, "256",
+     "send/recv between nodes: at most this many posted to the network at once; later ones "
+     "wait their turn in order", OFF(ofi_max_inflight), 0, NULL},
     {"SMDDP_NET_ALGO", P_ENUM, "auto",
      "collectives across nodes: hier (shared memory inside each node, the network between "
      "nodes; needs the same number of ranks on every node), flat (every rank on the network), "

@@ -35,6 +35,7 @@ typedef struct smddp__params {
     char nccl_library[256];     /* SMDDP_NCCL_LIBRARY: "" = libnccl.so.2 */
     int net_algo;               /* SMDDP_NET_ALGO: 0 auto, 1 flat, 2 hier */
     int64_t net_leader_max;     /* SMDDP_NET_LEADER_MAX bytes */
+    int ofi_max_inflight;       /* SMDDP_OFI_MAX_INFLIGHT */
     char ofi_provider[64];      /* SMDDP_OFI_PROVIDER: "" = FI_PROVIDER, else efa, else tcp;ofi_rxm */
 } smddp__params_t;
 

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../param.h"
 #include "../transport/ofi.h"
 #include "../transport/shm.h"
 #include "coll.h"
@@ -48,8 +49,12 @@ typedef struct p2p_state {
 typedef struct remote {
     smddp__ofi_xfer_t x;
     smddp__op_t *op; /* NULL once the op has been completed */
+    int queue;       /* index of its (peer, direction) queue */
     struct remote *next;
 } remote_t;
+
+/* The (peer, direction) queue of an op for another node: 2 * peer (+1 for receives). */
+static int queue_of(const smddp__op_t *op) { return 2 * op->root + (op->kind == SMDDP_OP_RECV); }
 
 struct smddp__p2p {
     pthread_t thread;
@@ -60,6 +65,13 @@ struct smddp__p2p {
     smddp__op_t **sendq, **recvq;          /* per local rank: FIFO heads */
     p2p_state_t *sends, *recvs;            /* state of each FIFO head */
     remote_t *remote;                      /* posted to peers on other nodes */
+    /*
+     * Per (peer, direction): ops beyond SMDDP_OFI_MAX_INFLIGHT wait in order,
+     * and how many are on the network. Messages of a pair match in order, so
+     * the oldest are always the ones posted, and one pair never holds up another.
+     */
+    smddp__op_t **waiting, **waiting_tail;
+    int *posted;
     int active;
 };
 
@@ -85,6 +97,7 @@ static void post_remote(smddp_comm_t comm, smddp__op_t *op)
         return;
     }
     r->op = op;
+    r->queue = queue_of(op);
     p->active++;
     size_t bytes = op->count * smddp_dtype_size(op->dtype);
     uint64_t tag = op->seq << 32 | (uint32_t)op->tag;
@@ -100,6 +113,34 @@ static void post_remote(smddp_comm_t comm, smddp__op_t *op)
     }
     r->next = p->remote;
     p->remote = r;
+    p->posted[r->queue]++;
+}
+
+/* Posts queue q's waiting ops, in order, while it has room on the network. */
+static void post_waiting(smddp_comm_t comm, int q)
+{
+    smddp__p2p_t *p = comm->p2p;
+    int cap = smddp__params()->ofi_max_inflight;
+    while (p->waiting[q] && (cap <= 0 || p->posted[q] < cap)) {
+        smddp__op_t *op = p->waiting[q];
+        p->waiting[q] = op->next;
+        if (!p->waiting[q]) p->waiting_tail[q] = NULL;
+        p->active--; /* post_remote counts it again */
+        post_remote(comm, op);
+    }
+}
+
+/* Queues op for its peer on another node, then posts what fits. */
+static void queue_remote(smddp_comm_t comm, smddp__op_t *op)
+{
+    smddp__p2p_t *p = comm->p2p;
+    int q = queue_of(op);
+    op->next = NULL;
+    if (p->waiting_tail[q]) p->waiting_tail[q]->next = op;
+    else p->waiting[q] = op;
+    p->waiting_tail[q] = op;
+    p->active++;
+    post_waiting(comm, q);
 }
 
 /* Completes what the network finished; true if anything did. */
@@ -151,7 +192,10 @@ static bool progress_remote(smddp_comm_t comm)
             continue;
         }
         *link = r->next;
+        int q = r->queue;
         free(r);
+        p->posted[q]--;
+        post_waiting(comm, q);
         any = true;
     }
     return any;
@@ -272,6 +316,17 @@ static void fail_all(smddp_comm_t comm, smddp_status_t st)
             finish(comm, &p->recvq[lr], &p->recvs[lr], st);
         }
     }
+    for (int q = 0; q < 2 * comm->size; q++) {
+        while (p->waiting[q]) {
+            smddp__op_t *op = p->waiting[q];
+            p->waiting[q] = op->next;
+            p->active--;
+            smddp__error_quiet(st, "%s", msg);
+            smddp__op_complete(op, st);
+            smddp__request_unref(op);
+        }
+        p->waiting_tail[q] = NULL;
+    }
     for (remote_t *r = p->remote; r; r = r->next) {
         if (!r->op) continue;
         /* A receive must not land in a buffer its owner may reuse: cancel it first. */
@@ -345,7 +400,7 @@ static void *p2p_main(void *arg)
             p->incoming = op->next;
             int lr = smddp__local_index(comm, op->root);
             if (lr < 0) {
-                post_remote(comm, op);
+                queue_remote(comm, op);
                 continue;
             }
             fifo_push(op->kind == SMDDP_OP_SEND ? &p->sendq[lr] : &p->recvq[lr], op);
@@ -399,26 +454,37 @@ static void *p2p_main(void *arg)
     return NULL;
 }
 
+static void p2p_free(smddp__p2p_t *p)
+{
+    if (!p) return;
+    free(p->sendq);
+    free(p->recvq);
+    free(p->sends);
+    free(p->recvs);
+    free(p->waiting);
+    free(p->waiting_tail);
+    free(p->posted);
+    free(p);
+}
+
 smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op)
 {
     smddp__p2p_t *p = comm->p2p;
     if (!p) {
         p = calloc(1, sizeof(*p));
-        size_t n = (size_t)comm->local_size;
+        size_t n = (size_t)comm->local_size, q = 2 * (size_t)comm->size;
         if (p) {
             p->sendq = calloc(n, sizeof(*p->sendq));
             p->recvq = calloc(n, sizeof(*p->recvq));
             p->sends = calloc(n, sizeof(*p->sends));
             p->recvs = calloc(n, sizeof(*p->recvs));
+            p->waiting = calloc(q, sizeof(*p->waiting));
+            p->waiting_tail = calloc(q, sizeof(*p->waiting_tail));
+            p->posted = calloc(q, sizeof(*p->posted));
         }
-        if (!p || !p->sendq || !p->recvq || !p->sends || !p->recvs) {
-            if (p) {
-                free(p->sendq);
-                free(p->recvq);
-                free(p->sends);
-                free(p->recvs);
-                free(p);
-            }
+        if (!p || !p->sendq || !p->recvq || !p->sends || !p->recvs || !p->waiting ||
+            !p->waiting_tail || !p->posted) {
+            p2p_free(p);
             return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate send/recv state");
         }
         pthread_mutex_init(&p->lock, NULL);
@@ -427,11 +493,7 @@ smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op)
         int rc = pthread_create(&p->thread, NULL, p2p_main, comm);
         if (rc != 0) {
             comm->p2p = NULL;
-            free(p->sendq);
-            free(p->recvq);
-            free(p->sends);
-            free(p->recvs);
-            free(p);
+            p2p_free(p);
             return smddp__error(SMDDP_ERR_SYSTEM, "cannot start the send/recv thread: %s",
                                 strerror(rc));
         }
@@ -476,10 +538,6 @@ void smddp__p2p_stop(smddp_comm_t comm)
     }
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
-    free(p->sendq);
-    free(p->recvq);
-    free(p->sends);
-    free(p->recvs);
-    free(p);
+    p2p_free(p);
     comm->p2p = NULL;
 }

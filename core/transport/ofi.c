@@ -35,6 +35,7 @@ struct smddp__ofi {
     struct fid_ep *ep;
     fi_addr_t *addrs; /* per comm rank */
     char provider[64];
+    bool hmem;        /* the provider can move device memory (FI_HMEM) */
 };
 
 bool smddp__ofi_built(void) { return true; }
@@ -49,13 +50,16 @@ static smddp_status_t fi_error(int rc, const char *what)
     return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: %s failed: %s", what, fi_strerror(-rc));
 }
 
-/* fi_getinfo for reliable datagrams with tagged messages from provider (NULL: any). */
-static int get_info(const char *provider, struct fi_info **out)
+/*
+ * fi_getinfo for reliable datagrams with tagged messages from provider
+ * (NULL: any), plus extra capabilities.
+ */
+static int get_info_caps(const char *provider, uint64_t extra, struct fi_info **out)
 {
     struct fi_info *hints = fi_allocinfo();
     if (!hints) return -FI_ENOMEM;
     hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_TAGGED | FI_DIRECTED_RECV;
+    hints->caps = FI_TAGGED | FI_DIRECTED_RECV | extra;
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     /*
      * No FI_MR_LOCAL: buffers are not registered yet (a registration cache is
@@ -68,6 +72,20 @@ static int get_info(const char *provider, struct fi_info **out)
     int rc = fi_getinfo(OFI_VERSION, NULL, NULL, 0, hints, out);
     fi_freeinfo(hints);
     return rc;
+}
+
+static int get_info(const char *provider, struct fi_info **out)
+{
+    return get_info_caps(provider, 0, out);
+}
+
+/* Whether provider also offers FI_HMEM (device memory in transfers), for the GPU path. */
+static bool offers_hmem(const char *provider)
+{
+    struct fi_info *info = NULL;
+    bool yes = get_info_caps(provider, FI_HMEM, &info) == 0 && info;
+    if (info) fi_freeinfo(info);
+    return yes;
 }
 
 static smddp_status_t choose_provider(struct fi_info **out)
@@ -106,6 +124,7 @@ static smddp_status_t open_endpoint(smddp__ofi_t *o)
     int rc;
     SMDDP_CHECK(choose_provider(&o->info));
     snprintf(o->provider, sizeof(o->provider), "%s", o->info->fabric_attr->prov_name);
+    o->hmem = offers_hmem(o->provider);
     if ((rc = fi_fabric(o->info->fabric_attr, &o->fabric, NULL)) != 0)
         return fi_error(rc, "fi_fabric");
     if ((rc = fi_domain(o->fabric, o->info, &o->domain, NULL)) != 0)
@@ -195,9 +214,15 @@ smddp_status_t smddp__ofi_setup(smddp_comm_t comm)
         smddp__ofi_teardown(comm);
         return smddp__error(st, "rank %d: network setup failed: %s", comm->rank, msg);
     }
-    SMDDP_INFO("rank %d: libfabric provider %s, domain %s", comm->rank, comm->ofi->provider,
-               comm->ofi->info->domain_attr->name);
+    SMDDP_INFO("rank %d: libfabric provider %s, domain %s, device memory (FI_HMEM): %s",
+               comm->rank, comm->ofi->provider, comm->ofi->info->domain_attr->name,
+               comm->ofi->hmem ? "yes" : "no (CUDA buffers between nodes go to NCCL)");
     return SMDDP_OK;
+}
+
+bool smddp__ofi_hmem(smddp_comm_t comm)
+{
+    return comm->ofi && comm->ofi->hmem;
 }
 
 void smddp__ofi_teardown(smddp_comm_t comm)
@@ -335,6 +360,11 @@ smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__
 #else /* !SMDDP_HAVE_OFI */
 
 bool smddp__ofi_built(void) { return false; }
+bool smddp__ofi_hmem(smddp_comm_t comm)
+{
+    (void)comm;
+    return false;
+}
 const char *smddp__ofi_provider(smddp_comm_t comm)
 {
     (void)comm;

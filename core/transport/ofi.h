@@ -25,6 +25,8 @@ bool smddp__ofi_built(void);
 smddp_status_t smddp__ofi_setup(smddp_comm_t comm);
 /* Closes the endpoints; transfers still posted are dropped. Safe without setup. */
 void smddp__ofi_teardown(smddp_comm_t comm);
+/* Whether the provider moves device memory (FI_HMEM): recorded for the GPU path. */
+bool smddp__ofi_hmem(smddp_comm_t comm);
 /* Closes only the send/recv endpoint (the p2p thread has stopped). */
 void smddp__ofi_teardown_p2p(smddp_comm_t comm);
 /* The provider in use, e.g. "tcp;ofi_rxm" (NULL before setup). */

@@ -336,7 +336,7 @@ typedef nccl_result_t (*void_fn)(void);
 NCCL_EXPORT nccl_result_t ncclAllReduce(const void *send, void *recv, size_t count, int dtype,
                                         int op, void *comm, void *stream)
 {
-    nccl_result_t res;
+    nccl_result_t res = 0; /* set by try_serve when it serves */
     if (try_serve("ncclAllReduce", SMDDP_IPOSE_ALLREDUCE, send, recv, count, dtype, op, comm,
                   stream, &res))
         return res;
@@ -347,7 +347,7 @@ NCCL_EXPORT nccl_result_t ncclAllReduce(const void *send, void *recv, size_t cou
 NCCL_EXPORT nccl_result_t ncclReduceScatter(const void *send, void *recv, size_t count, int dtype,
                                             int op, void *comm, void *stream)
 {
-    nccl_result_t res;
+    nccl_result_t res = 0; /* set by try_serve when it serves */
     if (try_serve("ncclReduceScatter", SMDDP_IPOSE_REDUCE_SCATTER, send, recv, count, dtype, op,
                   comm, stream, &res))
         return res;
@@ -358,7 +358,7 @@ NCCL_EXPORT nccl_result_t ncclReduceScatter(const void *send, void *recv, size_t
 NCCL_EXPORT nccl_result_t ncclAllGather(const void *send, void *recv, size_t count, int dtype,
                                         void *comm, void *stream)
 {
-    nccl_result_t res;
+    nccl_result_t res = 0; /* set by try_serve when it serves */
     if (try_serve("ncclAllGather", SMDDP_IPOSE_ALLGATHER, send, recv, count, dtype, -1, comm,
                   stream, &res))
         return res;

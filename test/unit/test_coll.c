@@ -648,6 +648,23 @@ static void p2p_across_nodes_rank(smddp_comm_t comm, int rank, int size, void *a
         free(out);
         free(in);
     }
+    /* A burst of small messages, more than SMDDP_OFI_MAX_INFLIGHT in one variant. */
+    enum { BURST = 64 };
+    int32_t bout[BURST], bin[BURST];
+    smddp_request_t breq[2 * BURST];
+    for (int i = 0; i < BURST; i++) {
+        bout[i] = rank * 100 + i;
+        bin[i] = -1;
+        H_OK(smddp_recv(comm, &bin[i], 1, SMDDP_INT32, prev, i, NULL, &breq[i]));
+    }
+    for (int i = 0; i < BURST; i++)
+        H_OK(smddp_send(comm, &bout[i], 1, SMDDP_INT32, next, i, NULL, &breq[BURST + i]));
+    for (int i = 0; i < 2 * BURST; i++) {
+        H_OK(smddp_wait(breq[i], SMDDP_WAIT_DEFAULT));
+        smddp_request_free(breq[i]);
+    }
+    for (int i = 0; i < BURST; i++)
+        H_CHECK(bin[i] == prev * 100 + i, "burst message %d is %d", i, bin[i]);
     /*
      * Rank 0 sends rank 1 messages its receives do not expect. Another tag or
      * fewer bytes fail that receive only; more bytes than the buffer holds
@@ -793,6 +810,7 @@ static void test_nodes_p2p(void **state)
     (void)state;
     run_nodes(2, 1, p2p_across_nodes_rank);
     run_nodes(4, 2, p2p_across_nodes_rank); /* mixed: ring neighbours on both nodes */
+    run_nodes_env(2, 1, p2p_across_nodes_rank, "SMDDP_OFI_MAX_INFLIGHT=3");
 }
 
 static void test_single_rank(void **state)
@@ -848,5 +866,7 @@ int main(void)
         cmocka_unit_test(test_nodes_callbacks_2x1),
         cmocka_unit_test(test_nodes_p2p),
     };
+    /* TEST_FILTER=pattern runs only the matching tests (cmocka's wildcards). */
+    if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
