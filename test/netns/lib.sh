@@ -10,6 +10,7 @@ NS_BR=${NS_TAG}br
 NODES_UP=0
 NS_ENV=()                            # extra NAME=value for every rank
 RANK_PIDS=()
+WIRE_PID=""                          # make_wired_pair's relay
 
 ns_name() { echo "${NS_TAG}n$1"; }
 ns_addr() { echo "10.77.$NS_ID.$(( $1 + 1 ))"; }
@@ -24,7 +25,45 @@ ns_cleanup() {
         ip link del "${NS_TAG}h$i" 2>/dev/null
     done
     ip link del "$NS_BR" 2>/dev/null
+    if [ -n "$WIRE_PID" ]; then
+        kill "$WIRE_PID" 2>/dev/null
+        wait "$WIRE_PID" 2>/dev/null
+        WIRE_PID=""
+        for i in 0 1; do
+            ip link del "${NS_TAG}t$i" 2>/dev/null
+            ip link del "${NS_TAG}b$i" 2>/dev/null
+        done
+    fi
     NODES_UP=0
+}
+
+# make_wired_pair WIRE DELAY_US LOSS_PER_MILLION LOG: two nodes as make_nodes
+# makes them, but each on a bridge of its own, the two bridges joined by a
+# TAP device each and the user-space relay WIRE (test/netns/wire.c) between
+# them, which delays every frame and drops some: netem without sch_netem.
+make_wired_pair() {
+    local wire=$1 delay=$2 loss=$3 log=$4
+    for i in 0 1; do
+        local ns br=${NS_TAG}b$i tap=${NS_TAG}t$i
+        ns=$(ns_name "$i")
+        ip link add "$br" type bridge || return 1
+        ip link set "$br" up || return 1
+        ip tuntap add dev "$tap" mode tap || return 1
+        ip link set "$tap" master "$br" || return 1
+        ip link set "$tap" up || return 1
+        ip netns add "$ns" || return 1
+        NODES_UP=$((i + 1))
+        ip link add "${NS_TAG}h$i" type veth peer name "${NS_TAG}c$i" || return 1
+        ip link set "${NS_TAG}c$i" netns "$ns" || return 1
+        ip -n "$ns" link set "${NS_TAG}c$i" name eth0 || return 1
+        ip -n "$ns" addr add "$(ns_addr "$i")/24" dev eth0 || return 1
+        ip -n "$ns" link set eth0 up || return 1
+        ip -n "$ns" link set lo up || return 1
+        ip link set "${NS_TAG}h$i" master "$br" || return 1
+        ip link set "${NS_TAG}h$i" up || return 1
+    done
+    "$wire" "${NS_TAG}t0" "${NS_TAG}t1" "$delay" "$loss" >"$log" 2>&1 &
+    WIRE_PID=$!
 }
 
 # make_nodes N: namespaces 0..N-1 on one bridge.

@@ -4,8 +4,9 @@
 # collectives (hierarchical, and allreduce flat), torch's collectives and DDP
 # against gloo (torch_job.py); on 2 x 2 also torchrun across the namespaces
 # (smddprun --nnodes), mpirun with smddprun as the per-rank wrapper (ns_rsh
-# stands in for ssh), the collectives over links that drop 0.1% of packets,
-# and the fault cases (a rank SIGKILLed, a link down).
+# stands in for ssh), the collectives over links that drop 0.1% of packets
+# and over a user-space wire adding 1 ms and 0.1% loss (wire.c), and the fault
+# cases (a rank SIGKILLed, a link down).
 # Removes everything it created, also when a check fails or it is killed.
 #
 #   test/netns/run.sh BUILD_DIR        (as root; BUILD_DIR has bench/smddp_bench)
@@ -177,6 +178,45 @@ NFT
     for i in 0 1; do ip netns exec "$(ns_name "$i")" nft delete table inet smddp_loss; done
 }
 
+# wired_job: 2 x 2 ranks whose nodes are joined only through test/netns/wire.c,
+# which delays every frame by 1 ms and drops 0.1% of them (netem's "delay 1ms
+# loss 0.1%", which this kernel lacks). The collectives' results are checked;
+# an 8-byte allreduce must take over 2 ms (the delay is real) and the wire
+# must have dropped frames (the loss is real).
+wired_job() {
+    ns_cleanup
+    if ! cc -O2 -o "$LOG/wire" "$HERE/wire.c" 2>"$LOG/wire.build"; then
+        failed=$((failed + 1))
+        echo "FAIL 2x2-delay-loss: cannot build wire.c: $(head -3 "$LOG/wire.build")"
+        return
+    fi
+    if ! make_wired_pair "$LOG/wire" 1000 1000 "$LOG/wire.log"; then
+        failed=$((failed + 1))
+        echo "FAIL 2x2-delay-loss: cannot join two namespaces through TAP devices (is /dev/net/tun there?)"
+        return
+    fi
+    for op in allreduce allgather reduce_scatter broadcast; do
+        run_job "2x2-delay-loss-$op" 2 2 240 "$BENCH" -o "$op" -b 8 -e 4M -f 8 -n 5 -w 1 -c 1
+    done
+    local t8
+    t8=$(awk '$1 == 8 && $4 == "sum" {print $5}' "$LOG/2x2-delay-loss-allreduce.rank0")
+    kill "$WIRE_PID" 2>/dev/null
+    wait "$WIRE_PID" 2>/dev/null
+    local dropped
+    dropped=$(sed -n 's/.*dropped \([0-9]*\) + \([0-9]*\).*/\1 \2/p' "$LOG/wire.log" |
+        awk '{print $1 + $2}')
+    echo "  (8-byte allreduce: ${t8:-?} us; $(cat "$LOG/wire.log"))"
+    if ! awk -v t="${t8:-0}" 'BEGIN {exit !(t >= 2000)}'; then
+        failed=$((failed + 1))
+        echo "FAIL 2x2-delay-loss: an 8-byte allreduce took ${t8:-?} us; the 1 ms wire should make it >= 2000"
+    fi
+    if [ "${dropped:-0}" -eq 0 ]; then
+        failed=$((failed + 1))
+        echo "FAIL 2x2-delay-loss: the wire dropped no frame, so the loss was not exercised"
+    fi
+    ns_cleanup
+}
+
 SMDDPRUN=$(command -v smddprun || true)
 LOG=$(mktemp -d /tmp/smddp-netns.XXXXXX)
 for layout in "2 2" "3 2"; do
@@ -219,6 +259,7 @@ see the error above (is this a container without CAP_NET_ADMIN?)"
         lossy_job
         fault_job kill 25
         fault_job link 40
+        wired_job
     fi
     ns_cleanup
 done
