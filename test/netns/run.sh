@@ -114,7 +114,7 @@ fault_job() {
         ip link set "${NS_TAG}h1" down
     fi
     for r in 0 1 2 3; do
-        [ "$how" = kill ] && [ $r = 3 ] && { wait "${RANK_PIDS[3]}"; continue; }
+        [ "$how" = kill ] && [ $r = 3 ] && { wait "${RANK_PIDS[3]}" 2>/dev/null; continue; }
         wait "${RANK_PIDS[$r]}"
         rc=$?
         local log="$LOG/$name.rank$r"
