@@ -40,6 +40,15 @@ smddp_status_t smddp__net_exchange(smddp_comm_t comm, const smddp__op_t *op, uin
     if (to >= 0) SMDDP_CHECK(smddp__ofi_post(comm, &tx, 1, to, tag, (void *)sbuf, slen));
     if (to >= 0) SMDDP_CHECK(smddp__ofi_wait(comm, op, &tx));
     if (from >= 0) SMDDP_CHECK(smddp__ofi_wait(comm, op, &rx));
+    if (from >= 0 && rx.received != rlen) {
+        /* Only a peer running another collective (count, dtype, root) sends a shorter block. */
+        char desc[256];
+        smddp__op_describe(op, desc, sizeof(desc));
+        return smddp__error_quiet(SMDDP_ERR_MISMATCH,
+                                  "%s: rank %d sent %zu bytes where this rank expected %zu: the "
+                                  "ranks issued different collectives at this point", desc, from,
+                                  rx.received, rlen);
+    }
     if (to >= 0) {
         comm->net_bytes += slen;
         if (comm->node_of[to] == comm->node) comm->net_bytes_local += slen;

@@ -805,6 +805,28 @@ static void test_nodes_movement_3x1(void **state) { (void)state; run_nodes(3, 1,
 static void test_nodes_alltoallv_3x1(void **state) { (void)state; run_nodes(3, 1, alltoallv_rank); }
 static void test_nodes_split_2x2(void **state) { (void)state; run_nodes(4, 2, split_rank); }
 static void test_nodes_callbacks_2x1(void **state) { (void)state; run_nodes(2, 1, callback_rank); }
+/*
+ * Ranks on different nodes issuing allreduces of different counts: each gets
+ * an error saying the sizes differ (a block cut off, or a shorter block than
+ * expected), never a silently wrong result or a hang.
+ */
+static void mismatch_across_nodes_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg, (void)size;
+    static float buf[1000];
+    smddp_status_t st = smddp_allreduce(comm, buf, buf, rank == 0 ? 1000 : 900, SMDDP_FLOAT32,
+                                        SMDDP_SUM, NULL, NULL);
+    const char *msg = smddp_get_last_error(NULL);
+    H_CHECK(st < 0 && strstr(msg, "expected") != NULL,
+            "rank %d: allreduce of 1000 against 900 elements returned %d: %s", rank, st, msg);
+}
+
+static void test_nodes_mismatch(void **state)
+{
+    (void)state;
+    run_nodes_env(2, 1, mismatch_across_nodes_rank, "SMDDP_TIMEOUT=20");
+}
+
 static void test_nodes_p2p(void **state)
 {
     (void)state;
@@ -865,6 +887,7 @@ int main(void)
         cmocka_unit_test(test_nodes_split_2x2),
         cmocka_unit_test(test_nodes_callbacks_2x1),
         cmocka_unit_test(test_nodes_p2p),
+        cmocka_unit_test(test_nodes_mismatch),
     };
     /* TEST_FILTER=pattern runs only the matching tests (cmocka's wildcards). */
     if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));
