@@ -130,7 +130,8 @@ static smddp_status_t allreduce(smddp_comm_t comm, smddp__op_t *op)
                 srcs[q] = q == me ? send + (base + my_off) * es
                                   : (const char *)smddp__shm_buf(comm, q, h) + my_off * es;
             smddp__reduce(&spec, piece, srcs, L, my_len);
-            st = smddp__ring_allreduce(comm, op, &hr.ring, &c.step, piece, my_len, hr.tmp, step);
+            st = smddp__ring_allreduce(comm, op, &hr.ring, &c.step, piece, my_len, hr.off, hr.len,
+                                       hr.tmp, step);
             if (st != SMDDP_OK) break;
             if (c.post_divide) smddp__net_unary(op, SMDDP_AVG, comm->size, piece, my_len);
         }
@@ -304,7 +305,7 @@ static smddp_status_t barrier(smddp_comm_t comm, smddp__op_t *op)
         uint8_t one = 1;
         smddp__reduce_spec_t max = {.dtype = SMDDP_UINT8, .op = SMDDP_MAX, .premul = 1.0};
         smddp_status_t st = smddp__ring_allreduce(comm, op, &hr.ring, &max, (char *)&one, 1,
-                                                  hr.tmp, 0);
+                                                  hr.off, hr.len, hr.tmp, 0);
         hier_free(&hr);
         SMDDP_CHECK(st);
     }

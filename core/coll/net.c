@@ -137,17 +137,13 @@ smddp_status_t smddp__net_blocks(int p, size_t n, size_t each, size_t **off, siz
 
 smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
                                      const smddp__ring_t *g, const smddp__reduce_spec_t *spec,
-                                     char *buf, size_t n, char *tmp, uint32_t step0)
+                                     char *buf, size_t n, size_t *off, size_t *len, char *tmp,
+                                     uint32_t step0)
 {
-    size_t *off, *len;
-    SMDDP_CHECK(smddp__net_blocks(g->p, n, 0, &off, &len));
-    smddp_status_t st = smddp__ring_reduce_scatter(comm, op, g, spec, buf, off, len, tmp, step0);
-    if (st == SMDDP_OK)
-        st = smddp__ring_allgather(comm, op, g, buf, off, len, smddp_dtype_size(spec->dtype),
-                                   step0 + (uint32_t)g->p);
-    free(off);
-    free(len);
-    return st;
+    for (int q = 0; q < g->p; q++) smddp__piece(n, g->p, q, &off[q], &len[q]);
+    SMDDP_CHECK(smddp__ring_reduce_scatter(comm, op, g, spec, buf, off, len, tmp, step0));
+    return smddp__ring_allgather(comm, op, g, buf, off, len, smddp_dtype_size(spec->dtype),
+                                 step0 + (uint32_t)g->p);
 }
 
 smddp_status_t smddp__chain_broadcast(smddp_comm_t comm, const smddp__op_t *op,
@@ -183,12 +179,16 @@ static smddp_status_t ring_allreduce(smddp_comm_t comm, smddp__op_t *op)
     smddp__ring_t g;
     if (out != op->sendbuf) memcpy(out, op->sendbuf, op->count * es);
     if (c.pre_scale) smddp__net_unary(op, SMDDP_PREMUL_SUM, 0, out, op->count);
-    size_t biggest = op->count / (size_t)comm->size + 1;
+    size_t biggest = op->count / (size_t)comm->size + 1, *off, *len;
+    SMDDP_CHECK(smddp__net_blocks(comm->size, op->count, 0, &off, &len));
     char *tmp = malloc(biggest * es);
-    if (!tmp) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes", biggest * es);
-    smddp_status_t st =
-        smddp__ring_allreduce(comm, op, everyone(comm, &g), &c.step, out, op->count, tmp, 0);
+    smddp_status_t st = tmp ? smddp__ring_allreduce(comm, op, everyone(comm, &g), &c.step, out,
+                                                    op->count, off, len, tmp, 0)
+                            : smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
+                                           biggest * es);
     free(tmp);
+    free(off);
+    free(len);
     if (st == SMDDP_OK && c.post_divide)
         smddp__net_unary(op, SMDDP_AVG, comm->size, out, op->count);
     return st;

@@ -63,12 +63,14 @@ smddp_status_t smddp__ring_allgather(smddp_comm_t comm, const smddp__op_t *op,
                                      const size_t *len, size_t es, uint32_t step0);
 /*
  * In-place ring allreduce of n elements of spec's dtype (no pre-scaling or
- * final division: the caller does those). tmp holds n / p + 1 elements.
- * Uses steps step0 .. step0 + 2p - 1.
+ * final division: the caller does those). off and len are scratch for the
+ * block table (g->p entries each); tmp holds n / p + 1 elements. Uses steps
+ * step0 .. step0 + 2p - 1.
  */
 smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
                                      const smddp__ring_t *g, const smddp__reduce_spec_t *spec,
-                                     char *buf, size_t n, char *tmp, uint32_t step0);
+                                     char *buf, size_t n, size_t *off, size_t *len, char *tmp,
+                                     uint32_t step0);
 /* Chain broadcast of bytes from member root, pipelined in 1 MiB steps from step0. */
 smddp_status_t smddp__chain_broadcast(smddp_comm_t comm, const smddp__op_t *op,
                                       const smddp__ring_t *g, int root, char *buf, size_t bytes,

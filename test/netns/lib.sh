@@ -44,26 +44,32 @@ ns_cleanup() {
 make_wired_pair() {
     local wire=$1 delay=$2 loss=$3 log=$4
     for i in 0 1; do
-        local ns br=${NS_TAG}b$i tap=${NS_TAG}t$i
-        ns=$(ns_name "$i")
+        local br=${NS_TAG}b$i tap=${NS_TAG}t$i
         ip link add "$br" type bridge || return 1
         ip link set "$br" up || return 1
         ip tuntap add dev "$tap" mode tap || return 1
         ip link set "$tap" master "$br" || return 1
         ip link set "$tap" up || return 1
-        ip netns add "$ns" || return 1
-        NODES_UP=$((i + 1))
-        ip link add "${NS_TAG}h$i" type veth peer name "${NS_TAG}c$i" || return 1
-        ip link set "${NS_TAG}c$i" netns "$ns" || return 1
-        ip -n "$ns" link set "${NS_TAG}c$i" name eth0 || return 1
-        ip -n "$ns" addr add "$(ns_addr "$i")/24" dev eth0 || return 1
-        ip -n "$ns" link set eth0 up || return 1
-        ip -n "$ns" link set lo up || return 1
-        ip link set "${NS_TAG}h$i" master "$br" || return 1
-        ip link set "${NS_TAG}h$i" up || return 1
+        add_node "$i" "$br" || return 1
     done
     "$wire" "${NS_TAG}t0" "${NS_TAG}t1" "$delay" "$loss" >"$log" 2>&1 &
     WIRE_PID=$!
+}
+
+# add_node I BRIDGE: namespace I with eth0 at ns_addr I, its veth's host end on BRIDGE.
+add_node() {
+    local i=$1 br=$2 ns
+    ns=$(ns_name "$i")
+    ip netns add "$ns" || return 1
+    NODES_UP=$((i + 1))
+    ip link add "${NS_TAG}h$i" type veth peer name "${NS_TAG}c$i" || return 1
+    ip link set "${NS_TAG}c$i" netns "$ns" || return 1
+    ip -n "$ns" link set "${NS_TAG}c$i" name eth0 || return 1
+    ip -n "$ns" addr add "$(ns_addr "$i")/24" dev eth0 || return 1
+    ip -n "$ns" link set eth0 up || return 1
+    ip -n "$ns" link set lo up || return 1
+    ip link set "${NS_TAG}h$i" master "$br" || return 1
+    ip link set "${NS_TAG}h$i" up || return 1
 }
 
 # make_nodes N: namespaces 0..N-1 on one bridge.
@@ -71,20 +77,7 @@ make_nodes() {
     local n=$1
     ip link add "$NS_BR" type bridge || return 1
     ip link set "$NS_BR" up || return 1
-    for ((i = 0; i < n; i++)); do
-        local ns
-        ns=$(ns_name "$i")
-        ip netns add "$ns" || return 1
-        NODES_UP=$((i + 1))
-        ip link add "${NS_TAG}h$i" type veth peer name "${NS_TAG}c$i" || return 1
-        ip link set "${NS_TAG}c$i" netns "$ns" || return 1
-        ip -n "$ns" link set "${NS_TAG}c$i" name eth0 || return 1
-        ip -n "$ns" addr add "$(ns_addr "$i")/24" dev eth0 || return 1
-        ip -n "$ns" link set eth0 up || return 1
-        ip -n "$ns" link set lo up || return 1
-        ip link set "${NS_TAG}h$i" master "$NS_BR" || return 1
-        ip link set "${NS_TAG}h$i" up || return 1
-    done
+    for ((i = 0; i < n; i++)); do add_node "$i" "$NS_BR" || return 1; done
 }
 
 # The environment of one rank on node NODE: ns_env RANK WORLD PER NODE PORT.
