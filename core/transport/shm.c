@@ -20,6 +20,7 @@
 #include <linux/futex.h>
 #include <limits.h>
 #include <sched.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -513,18 +514,52 @@ smddp_status_t smddp__shm_wait(smddp_comm_t comm, smddp__op_t *op, int lr, uint3
      */
     if (s->op_active && (int32_t)(target - s->op_base) > 0) {
         smddp__shm_desc_t theirs;
-        memcpy(&theirs, smddp__shm_meta(comm, lr, (int)(s->desc.seq & 1)), sizeof(theirs));
-        if (theirs.seq == s->desc.seq && memcmp(&theirs, &s->desc, sizeof(theirs)) != 0)
+        if (smddp__shm_read_desc(comm, lr, s->desc.seq, &theirs) &&
+            memcmp(&theirs, &s->desc, sizeof(theirs)) != 0)
             return smddp__mismatch_error(comm, op, lr, &theirs);
     }
     return SMDDP_OK;
+}
+
+/*
+ * The desc slots are a seqlock keyed by the seq field: the writer marks the
+ * slot as being written, fills it, then stores the seq last. A peer is not
+ * always at most one op ahead (an op with count 0 runs no step at all), so a
+ * slot can be rewritten for seq + 2 while this rank reads it for seq; the
+ * reader then sees the seq change and the desc does not count.
+ */
+#define DESC_WRITING UINT64_MAX
+
+static _Atomic uint64_t *desc_seq(void *slot)
+{
+    return (_Atomic uint64_t *)((char *)slot + offsetof(smddp__shm_desc_t, seq));
+}
+
+bool smddp__shm_read_desc(smddp_comm_t comm, int lr, uint64_t seq, smddp__shm_desc_t *out)
+{
+    void *slot = smddp__shm_meta(comm, lr, (int)(seq & 1));
+    uint64_t before = atomic_load_explicit(desc_seq(slot), memory_order_acquire);
+    if (before != seq) return false;
+    /* volatile: the copy must really read the slot between the two loads of seq. */
+    const volatile char *src = slot;
+    char *dst = (char *)out;
+    for (size_t i = 0; i < sizeof(*out); i++) dst[i] = src[i];
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(desc_seq(slot), memory_order_relaxed) == seq && out->seq == seq;
 }
 
 void smddp__shm_op_begin(smddp_comm_t comm, const smddp__shm_desc_t *desc)
 {
     smddp__shm_t *s = comm->shm;
     s->desc = *desc;
-    memcpy(smddp__shm_meta(comm, comm->local_rank, (int)(desc->seq & 1)), desc, sizeof(*desc));
+    void *slot = smddp__shm_meta(comm, comm->local_rank, (int)(desc->seq & 1));
+    atomic_store_explicit(desc_seq(slot), DESC_WRITING, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    volatile char *dst = slot;
+    const char *src = (const char *)desc;
+    for (size_t i = offsetof(smddp__shm_desc_t, seq) + sizeof(desc->seq); i < sizeof(*desc); i++)
+        dst[i] = src[i];
+    atomic_store_explicit(desc_seq(slot), desc->seq, memory_order_release);
     s->op_base = s->my_ctr;
     s->op_active = true;
 }

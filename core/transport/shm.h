@@ -65,6 +65,12 @@ typedef struct smddp__shm_desc {
 void smddp__shm_op_begin(smddp_comm_t comm, const smddp__shm_desc_t *desc);
 void smddp__shm_op_end(smddp_comm_t comm);
 
+/*
+ * Reads local rank lr's published desc for seq into out; false when the slot
+ * holds another op's desc or is being rewritten (the peer has moved on).
+ */
+bool smddp__shm_read_desc(smddp_comm_t comm, int lr, uint64_t seq, smddp__shm_desc_t *out);
+
 /* A small per-rank slot (512 bytes, two by parity) for metadata exchanges. */
 void *smddp__shm_meta(smddp_comm_t comm, int lr, int parity);
 #define SMDDP_SHM_META_SIZE 512

@@ -835,6 +835,34 @@ static void test_nodes_p2p(void **state)
     run_nodes_env(2, 1, p2p_across_nodes_rank, "SMDDP_OFI_MAX_INFLIGHT=3");
 }
 
+/*
+ * A collective with count 0 runs no step, so a peer can get two ops ahead
+ * and rewrite the desc slot this rank is reading for the mismatch check. The
+ * check must not report that half-written desc as a mismatch (it once did,
+ * about one run in a hundred of the small-buffer test). Ranks outnumber the
+ * cores so that a reader is often preempted between its wait and its read.
+ */
+static void empty_ops_race_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 20000; i++) {
+        int64_t h = i, all[16];
+        H_OK(smddp_allgather(comm, &h, all, 1, SMDDP_INT64, NULL, NULL));
+        for (int r = 0; r < size; r++) H_CHECK(all[r] == i, "iteration %d: rank %d sent %lld", i, r, (long long)all[r]);
+        H_OK(smddp_allreduce(comm, &h, &h, 0, SMDDP_INT64, SMDDP_SUM, NULL, NULL));
+        int64_t v = rank + i;
+        H_OK(smddp_allreduce(comm, &v, &v, 1, SMDDP_INT64, SMDDP_MAX, NULL, NULL));
+        H_CHECK(v == size - 1 + i, "iteration %d: max is %lld", i, (long long)v);
+    }
+}
+
+static void test_empty_ops_race(void **state)
+{
+    (void)state;
+    run(3, empty_ops_race_rank, NULL);
+    run(4, empty_ops_race_rank, "SMDDP_CHECK_ORDER=1");
+}
+
 static void test_single_rank(void **state)
 {
     (void)state;
@@ -846,6 +874,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_rank),
+        cmocka_unit_test(test_empty_ops_race),
         cmocka_unit_test(test_allreduce_2),
         cmocka_unit_test(test_allreduce_3),
         cmocka_unit_test(test_allreduce_4),
