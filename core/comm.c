@@ -394,9 +394,11 @@ smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
     if (comm->ofi)
         SMDDP_INFO("communicator %s: in collectives, rank %d sent %llu bytes over the network, "
                    "%llu of them to ranks on its own node, and staged %llu bytes in shared memory "
-                   "for its node's ranks", comm->prefix, comm->rank,
+                   "for its node's ranks; %llu ring steps completed while it worked in shared "
+                   "memory", comm->prefix, comm->rank,
                    (unsigned long long)comm->net_bytes, (unsigned long long)comm->net_bytes_local,
-                   (unsigned long long)comm->shm_bytes);
+                   (unsigned long long)comm->shm_bytes,
+                   (unsigned long long)comm->net_steps_overlapped);
     smddp__shm_teardown(comm);
     smddp__ofi_teardown(comm);
     smddp__store_unref(comm->store);

@@ -84,6 +84,8 @@ struct smddp_comm {
     uint64_t net_bytes;      /* bytes this rank sent over the network (ofi) */
     uint64_t net_bytes_local; /* of which to ranks on its own node */
     uint64_t shm_bytes;      /* bytes this rank staged for its node's peers in hierarchical ops */
+    uint64_t net_steps_overlapped; /* ring steps of a pipelined allreduce that completed while
+                                    * this rank worked in shared memory */
     char prefix[256];
     _Atomic int64_t timeout_ms; /* read when an op starts; smddp_comm_set_timeout changes it */
 
@@ -92,6 +94,14 @@ struct smddp_comm {
     smddp__p2p_t *p2p;       /* send/recv engine, started on first use */
     struct smddp__ofi *ofi;  /* network transport, when the comm spans nodes */
     struct smddp__ofi *ofi_p2p; /* its send/recv endpoint, driven by the p2p thread */
+    /*
+     * Set by an op that has network transfers in flight while it waits in
+     * shared memory: every shm wait calls it between polls (and sleeps at
+     * most 50 us at a time), so those transfers keep moving. Only the thread
+     * running the op touches it.
+     */
+    smddp_status_t (*pump)(void *arg);
+    void *pump_arg;
     struct smddp__cuda *cuda; /* CUDA IPC state, set up by the first CUDA collective */
     struct ncclComm *nccl;   /* NCCL communicator, created by the first collective routed to it */
 

@@ -36,10 +36,18 @@ smddp_status_t smddp__net_exchange(smddp_comm_t comm, const smddp__op_t *op, uin
 {
     smddp__ofi_xfer_t rx, tx;
     uint64_t tag = tag_of(op, step);
-    if (from >= 0) SMDDP_CHECK(smddp__ofi_post(comm, &rx, 0, from, tag, rbuf, rlen));
-    if (to >= 0) SMDDP_CHECK(smddp__ofi_post(comm, &tx, 1, to, tag, (void *)sbuf, slen));
-    if (to >= 0) SMDDP_CHECK(smddp__ofi_wait(comm, op, &tx));
-    if (from >= 0) SMDDP_CHECK(smddp__ofi_wait(comm, op, &rx));
+    rx.done = tx.done = 1;
+    smddp_status_t st = SMDDP_OK;
+    if (from >= 0) st = smddp__ofi_post(comm, &rx, 0, from, tag, rbuf, rlen);
+    if (st == SMDDP_OK && to >= 0) st = smddp__ofi_post(comm, &tx, 1, to, tag, (void *)sbuf, slen);
+    if (st == SMDDP_OK && to >= 0) st = smddp__ofi_wait(comm, op, &tx);
+    if (st == SMDDP_OK && from >= 0) st = smddp__ofi_wait(comm, op, &rx);
+    if (st != SMDDP_OK) {
+        /* rx and tx live on this stack: nothing may complete into them later. */
+        smddp__ofi_abandon(comm->ofi, &rx);
+        smddp__ofi_abandon(comm->ofi, &tx);
+        return st;
+    }
     if (from >= 0 && rx.received != rlen) {
         /* Only a peer running another collective (count, dtype, root) sends a shorter block. */
         char desc[256];
@@ -144,6 +152,120 @@ smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
     SMDDP_CHECK(smddp__ring_reduce_scatter(comm, op, g, spec, buf, off, len, tmp, step0));
     return smddp__ring_allgather(comm, op, g, buf, off, len, smddp_dtype_size(spec->dtype),
                                  step0 + (uint32_t)g->p);
+}
+
+/* The blocks that step s of a ring allreduce sends (*sb) and receives (*rb). */
+static bool task_blocks(const smddp__ring_task_t *t, int *sb, int *rb)
+{
+    int p = t->g->p, me = t->g->me, s = t->s;
+    if (s < p - 1) { /* reduce-scatter */
+        *sb = (me - s - 1 + 2 * p) % p;
+        *rb = (me - s - 2 + 2 * p) % p;
+        return true;
+    }
+    s -= p - 1; /* allgather */
+    *sb = (me - s + p) % p;
+    *rb = (me - s - 1 + p) % p;
+    return false;
+}
+
+smddp_status_t smddp__ring_task_start(smddp__ring_task_t *t, smddp_comm_t comm,
+                                      const smddp__op_t *op, const smddp__ring_t *g,
+                                      const smddp__reduce_spec_t *spec, char *buf, size_t n,
+                                      size_t *off, size_t *len, char *tmp, uint32_t step0)
+{
+    memset(t, 0, sizeof(*t));
+    t->comm = comm;
+    t->op = op;
+    t->g = g;
+    t->spec = *spec;
+    t->buf = buf;
+    t->tmp = tmp;
+    t->off = off;
+    t->len = len;
+    t->step0 = step0;
+    t->nsteps = 2 * (g->p - 1);
+    for (int q = 0; q < g->p; q++) smddp__piece(n, g->p, q, &off[q], &len[q]);
+    return smddp__ring_task_advance(t);
+}
+
+smddp_status_t smddp__ring_task_advance(smddp__ring_task_t *t)
+{
+    smddp_comm_t comm = t->comm;
+    size_t es = smddp_dtype_size(t->spec.dtype);
+    int p = t->g->p, sb, rb;
+    int next = member(t->g, (t->g->me + 1) % p), prev = member(t->g, (t->g->me + p - 1) % p);
+    while (!t->done) {
+        bool rs = task_blocks(t, &sb, &rb);
+        if (t->posted) {
+            if (!t->rx.done || !t->tx.done) return SMDDP_OK;
+            t->posted = false;
+            SMDDP_CHECK(smddp__ofi_xfer_status(t->op, &t->tx));
+            SMDDP_CHECK(smddp__ofi_xfer_status(t->op, &t->rx));
+            if (t->rx.received != t->len[rb] * es) {
+                char desc[256];
+                smddp__op_describe(t->op, desc, sizeof(desc));
+                return smddp__error_quiet(SMDDP_ERR_MISMATCH,
+                                          "%s: rank %d sent %zu bytes where this rank expected "
+                                          "%zu: the ranks issued different collectives at this "
+                                          "point", desc, prev, t->rx.received, t->len[rb] * es);
+            }
+            comm->net_bytes += t->len[sb] * es;
+            if (comm->node_of[next] == comm->node) comm->net_bytes_local += t->len[sb] * es;
+            if (rs) {
+                char *mine = t->buf + t->off[rb] * es;
+                const void *srcs[2] = {mine, t->tmp};
+                smddp__reduce(&t->spec, mine, srcs, 2, t->len[rb]);
+            }
+            t->s++;
+            continue;
+        }
+        if (t->s == t->nsteps) {
+            t->done = true;
+            break;
+        }
+        uint64_t tag = tag_of(t->op, t->step0 + (uint32_t)t->s);
+        char *into = rs ? t->tmp : t->buf + t->off[rb] * es;
+        SMDDP_CHECK(smddp__ofi_post(comm, &t->rx, 0, prev, tag, into, t->len[rb] * es));
+        t->posted = true; /* from here on rx may complete: cancel must see it */
+        smddp_status_t st =
+            smddp__ofi_post(comm, &t->tx, 1, next, tag, t->buf + t->off[sb] * es, t->len[sb] * es);
+        if (st != SMDDP_OK) {
+            t->tx.done = 1;
+            return st;
+        }
+    }
+    return SMDDP_OK;
+}
+
+static smddp_status_t poll_task(void *arg, smddp__ofi_blame_t *blame)
+{
+    smddp__ring_task_t *t = arg;
+    smddp_comm_t comm = t->comm;
+    if (comm->pump) {
+        SMDDP_CHECK(comm->pump(comm->pump_arg));
+    } else {
+        SMDDP_CHECK(smddp__ofi_progress(comm->ofi));
+        SMDDP_CHECK(smddp__ring_task_advance(t));
+    }
+    if (t->done) return SMDDP_OK;
+    const smddp__ofi_xfer_t *x = t->rx.done ? &t->tx : &t->rx;
+    blame->peer = x->peer;
+    blame->is_send = x->is_send;
+    return SMDDP_IN_PROGRESS;
+}
+
+smddp_status_t smddp__ring_task_wait(smddp__ring_task_t *t)
+{
+    if (t->done) return SMDDP_OK;
+    return smddp__ofi_wait_until(t->comm, t->op, poll_task, t);
+}
+
+void smddp__ring_task_abandon(smddp__ring_task_t *t)
+{
+    if (!t->posted) return;
+    smddp__ofi_abandon(t->comm->ofi, &t->rx);
+    smddp__ofi_abandon(t->comm->ofi, &t->tx);
 }
 
 smddp_status_t smddp__chain_broadcast(smddp_comm_t comm, const smddp__op_t *op,

@@ -7,6 +7,7 @@
 
 #include "../reduce/half.h"
 #include "../reduce/reduce.h"
+#include "../transport/ofi.h"
 #include "coll.h"
 
 /* A group that a ring or chain runs over: member i is comm rank ranks[i] (NULL: i). */
@@ -71,6 +72,38 @@ smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
                                      const smddp__ring_t *g, const smddp__reduce_spec_t *spec,
                                      char *buf, size_t n, size_t *off, size_t *len, char *tmp,
                                      uint32_t step0);
+/*
+ * The same ring allreduce run in the background of its caller, so that the
+ * caller can work on something else (hier.c stages the next round in shared
+ * memory) while the network moves this one: start posts the first step,
+ * advance (never blocking) completes finished steps and posts the next ones,
+ * wait blocks until the last step. The caller drives the completion queue
+ * (smddp__ofi_progress) before advance; wait drives it through comm->pump
+ * when set, so every task of the op moves while it waits for one. Uses steps
+ * step0 .. step0 + 2p - 3; buf, off, len and tmp as above, until done.
+ */
+typedef struct smddp__ring_task {
+    smddp_comm_t comm;
+    const smddp__op_t *op;
+    const smddp__ring_t *g;
+    smddp__reduce_spec_t spec;
+    char *buf, *tmp;
+    const size_t *off, *len;
+    uint32_t step0;
+    int s, nsteps;
+    bool posted, done;
+    smddp__ofi_xfer_t rx, tx;
+} smddp__ring_task_t;
+
+smddp_status_t smddp__ring_task_start(smddp__ring_task_t *t, smddp_comm_t comm,
+                                      const smddp__op_t *op, const smddp__ring_t *g,
+                                      const smddp__reduce_spec_t *spec, char *buf, size_t n,
+                                      size_t *off, size_t *len, char *tmp, uint32_t step0);
+smddp_status_t smddp__ring_task_advance(smddp__ring_task_t *t);
+smddp_status_t smddp__ring_task_wait(smddp__ring_task_t *t);
+/* After a failure: drops t's posted transfers for good (smddp__ofi_abandon). */
+void smddp__ring_task_abandon(smddp__ring_task_t *t);
+
 /* Chain broadcast of bytes from member root, pipelined in 1 MiB steps from step0. */
 smddp_status_t smddp__chain_broadcast(smddp_comm_t comm, const smddp__op_t *op,
                                       const smddp__ring_t *g, int root, char *buf, size_t bytes,

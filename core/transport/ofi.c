@@ -36,6 +36,7 @@ struct smddp__ofi {
     fi_addr_t *addrs; /* per comm rank */
     char provider[64];
     bool hmem;        /* the provider can move device memory (FI_HMEM) */
+    bool abandoned;   /* a failed op left transfers posted: never read the queue again */
 };
 
 bool smddp__ofi_built(void) { return true; }
@@ -240,6 +241,9 @@ void smddp__ofi_teardown_p2p(smddp_comm_t comm)
 
 smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
 {
+    if (o->abandoned)
+        return smddp__error(SMDDP_ERR_ABORTED, "the network endpoint was abandoned by a failed "
+                            "collective");
     struct fi_cq_tagged_entry entries[16];
     ssize_t n = fi_cq_read(o->cq, entries, 16);
     if (n > 0) {
@@ -306,13 +310,21 @@ void smddp__ofi_cancel(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
     if (!x->done) fi_cancel(&o->ep->fid, x);
 }
 
+void smddp__ofi_abandon(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
+{
+    if (!o || x->done) return;
+    fi_cancel(&o->ep->fid, x);
+    o->abandoned = true;
+}
+
 smddp_status_t smddp__ofi_post(smddp_comm_t comm, smddp__ofi_xfer_t *x, int is_send, int peer,
                                uint64_t tag, void *buf, size_t len)
 {
     return smddp__ofi_post_on(comm->ofi, x, is_send, peer, tag, 0, buf, len);
 }
 
-smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__ofi_xfer_t *x)
+smddp_status_t smddp__ofi_wait_until(smddp_comm_t comm, const smddp__op_t *op,
+                                     smddp__ofi_poll_fn poll, void *arg)
 {
     /*
      * The provider progresses only when polled, so keep polling, but like the
@@ -324,9 +336,10 @@ smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__
     int64_t spin_ns = 50 * 1000, yield_ns = 2 * 1000 * 1000;
     if (comm->shm) smddp__shm_wait_policy(comm, &spin_ns, &yield_ns);
     int64_t start = smddp__now_ns(), idle = 0;
-    for (unsigned i = 1; !x->done; i++) {
-        SMDDP_CHECK(progress(comm));
-        if (x->done) break;
+    for (unsigned i = 1;; i++) {
+        smddp__ofi_blame_t blame = {-1, 0};
+        smddp_status_t st = poll(arg, &blame);
+        if (st != SMDDP_IN_PROGRESS) return st;
         if (i % 64 == 0) idle = smddp__now_ns() - start;
         if (idle > spin_ns + yield_ns) {
             struct timespec ts = {0, 50 * 1000};
@@ -336,7 +349,7 @@ smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__
         }
         if (i % CHECK_EVERY) continue;
         char desc[256];
-        if (smddp__comm_poll_remote_abort(comm, smddp__now_ns(), x->peer)) {
+        if (smddp__comm_poll_remote_abort(comm, smddp__now_ns(), blame.peer)) {
             smddp__op_describe(op, desc, sizeof(desc));
             return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
                                       desc, comm->abort_msg);
@@ -345,16 +358,40 @@ smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__
             smddp__op_describe(op, desc, sizeof(desc));
             return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
                                       "%s timed out after %.3f s: rank %d did not %s", desc,
-                                      (double)comm->timeout_ms / 1000.0, x->peer,
-                                      x->is_send ? "receive it" : "send it");
+                                      (double)comm->timeout_ms / 1000.0, blame.peer,
+                                      blame.is_send ? "receive it" : "send it");
         }
     }
-    if (x->status < 0) {
-        char desc[256];
-        smddp__op_describe(op, desc, sizeof(desc));
-        return smddp__error_quiet(x->status, "%s failed: %s", desc, x->err);
-    }
-    return SMDDP_OK;
+}
+
+smddp_status_t smddp__ofi_xfer_status(const smddp__op_t *op, const smddp__ofi_xfer_t *x)
+{
+    if (x->status >= 0) return SMDDP_OK;
+    char desc[256];
+    smddp__op_describe(op, desc, sizeof(desc));
+    return smddp__error_quiet(x->status, "%s failed: %s", desc, x->err);
+}
+
+typedef struct xfer_wait {
+    smddp_comm_t comm;
+    smddp__ofi_xfer_t *x;
+} xfer_wait_t;
+
+static smddp_status_t poll_xfer(void *arg, smddp__ofi_blame_t *blame)
+{
+    xfer_wait_t *w = arg;
+    if (!w->x->done) SMDDP_CHECK(progress(w->comm));
+    if (w->x->done) return SMDDP_OK;
+    blame->peer = w->x->peer;
+    blame->is_send = w->x->is_send;
+    return SMDDP_IN_PROGRESS;
+}
+
+smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__ofi_xfer_t *x)
+{
+    xfer_wait_t w = {comm, x};
+    SMDDP_CHECK(smddp__ofi_wait_until(comm, op, poll_xfer, &w));
+    return smddp__ofi_xfer_status(op, x);
 }
 
 #else /* !SMDDP_HAVE_OFI */
@@ -390,6 +427,17 @@ smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__
     (void)comm, (void)op, (void)x;
     return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
 }
+smddp_status_t smddp__ofi_wait_until(smddp_comm_t comm, const smddp__op_t *op,
+                                     smddp__ofi_poll_fn poll, void *arg)
+{
+    (void)comm, (void)op, (void)poll, (void)arg;
+    return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
+}
+smddp_status_t smddp__ofi_xfer_status(const smddp__op_t *op, const smddp__ofi_xfer_t *x)
+{
+    (void)op, (void)x;
+    return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
+}
 smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
                                   uint64_t tag, uint64_t ignore, void *buf, size_t len)
 {
@@ -402,5 +450,6 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
     return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
 }
 void smddp__ofi_cancel(smddp__ofi_t *o, smddp__ofi_xfer_t *x) { (void)o, (void)x; }
+void smddp__ofi_abandon(smddp__ofi_t *o, smddp__ofi_xfer_t *x) { (void)o, (void)x; }
 
 #endif

@@ -59,6 +59,22 @@ smddp_status_t smddp__ofi_post(smddp_comm_t comm, smddp__ofi_xfer_t *x, int is_s
  */
 smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__ofi_xfer_t *x);
 
+/* Who a wait is stuck on, for its timeout message. */
+typedef struct smddp__ofi_blame {
+    int peer;    /* comm rank, -1: unknown */
+    int is_send; /* waiting for it to receive (1) or to send (0) */
+} smddp__ofi_blame_t;
+/*
+ * Polls a condition (SMDDP_OK: met; SMDDP_IN_PROGRESS: not yet, *blame set;
+ * an error: failed); the poll function drives the completion queue itself.
+ */
+typedef smddp_status_t (*smddp__ofi_poll_fn)(void *arg, smddp__ofi_blame_t *blame);
+/* smddp__ofi_wait's loop (spin, yield, sleep; aborts; op's deadline) around any condition. */
+smddp_status_t smddp__ofi_wait_until(smddp_comm_t comm, const smddp__op_t *op,
+                                     smddp__ofi_poll_fn poll, void *arg);
+/* SMDDP_OK, or x's failure as an error that names op. */
+smddp_status_t smddp__ofi_xfer_status(const smddp__op_t *op, const smddp__ofi_xfer_t *x);
+
 /*
  * The same on a given endpoint (comm->ofi: collectives' thread; comm->ofi_p2p:
  * the send/recv thread), never blocking; a receive matches tags that equal
@@ -73,5 +89,12 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o);
  * reports done (with SMDDP_ERR_ABORTED) or o is closed.
  */
 void smddp__ofi_cancel(smddp__ofi_t *o, smddp__ofi_xfer_t *x);
+/*
+ * For a collective that failed with x still posted in memory it is about to
+ * free: cancels x and stops o from ever reading its completion queue again
+ * (the communicator is aborted by then), so no completion can land in freed
+ * memory. No-op when x is done.
+ */
+void smddp__ofi_abandon(smddp__ofi_t *o, smddp__ofi_xfer_t *x);
 
 #endif /* SMDDP_CORE_OFI_H */

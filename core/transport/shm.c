@@ -407,6 +407,7 @@ static smddp_status_t wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uin
             __builtin_ia32_pause();
             if (ready(s, arg)) return SMDDP_OK;
         }
+        if (comm->pump) SMDDP_CHECK(comm->pump(comm->pump_arg));
         if (atomic_load_explicit(&s->hdr->abort_flag, memory_order_relaxed)) break;
         now = smddp__now_ns();
         iter++;
@@ -414,6 +415,7 @@ static smddp_status_t wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uin
     while (now - start < s->spin_ns + s->yield_ns) {
         sched_yield();
         if (ready(s, arg)) return SMDDP_OK;
+        if (comm->pump) SMDDP_CHECK(comm->pump(comm->pump_arg));
         if (atomic_load_explicit(&s->hdr->abort_flag, memory_order_relaxed)) break;
         now = smddp__now_ns();
     }
@@ -422,6 +424,10 @@ static smddp_status_t wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uin
     int64_t last_check = 0;
     for (;;) {
         if (ready(s, arg)) return SMDDP_OK;
+        if (comm->pump) {
+            SMDDP_CHECK(comm->pump(comm->pump_arg));
+            if (ready(s, arg)) return SMDDP_OK;
+        }
         uint32_t flag = atomic_load(&s->hdr->abort_flag);
         if (flag && !(flag & ABORT_WRITING)) {
             smddp__op_describe(op, desc, sizeof(desc));
@@ -466,7 +472,8 @@ static smddp_status_t wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uin
                                       (double)comm->timeout_ms / 1000.0,
                                       blame >= 0 ? comm->local_ranks[blame] : -1, what);
         }
-        int64_t sleep_ns = SLICE_NS;
+        /* Transfers in flight progress only when polled: sleep briefly between polls. */
+        int64_t sleep_ns = comm->pump ? 50 * 1000 : SLICE_NS;
         if (op->deadline_ns && op->deadline_ns - now < sleep_ns) sleep_ns = op->deadline_ns - now;
         if (sleep_ns < 1000) sleep_ns = 1000;
         struct timespec ts = {sleep_ns / 1000000000, sleep_ns % 1000000000};
