@@ -32,7 +32,7 @@
 #include "../transport/shm.h"
 #include "net.h"
 
-#define MAX_LOCAL 256
+#define MAX_LOCAL SMDDP_NET_MAX_FUSE
 
 static int at(smddp_comm_t comm, int node, int lr)
 {
@@ -105,6 +105,7 @@ static smddp__reduce_spec_t node_spec(const smddp__op_t *op)
 typedef struct ar_round {
     hier_t hr;
     smddp__ring_task_t task;
+    const void *srcs[MAX_LOCAL]; /* every local rank's input for this rank's piece */
     size_t base, m, my_off, my_len;
     int h;
     bool ring_active; /* task started and not yet waited for */
@@ -242,13 +243,23 @@ static smddp_status_t allreduce(smddp_comm_t comm, smddp__op_t *op)
         if (R->my_len) {
             char *piece = mine + R->my_off * es;
             for (int q = 0; q < L; q++)
-                srcs[q] = q == me ? send + (base + R->my_off) * es
-                                  : (const char *)smddp__shm_buf(comm, q, R->h) + R->my_off * es;
-            if ((st = reduce_pumped(comm, &spec, piece, srcs, L, R->my_len)) != SMDDP_OK) break;
+                R->srcs[q] = q == me ? send + (base + R->my_off) * es
+                                     : (const char *)smddp__shm_buf(comm, q, R->h) + R->my_off * es;
+            /*
+             * Fused: reduce only the block the ring sends first; the ring
+             * reduces each other block with the incoming one as it arrives.
+             * PREMUL_SUM scales the local inputs, so it reduces them all here.
+             */
+            bool fuse = op->spec.op != SMDDP_PREMUL_SUM;
+            size_t boff = 0, blen = R->my_len;
+            if (fuse) smddp__piece(R->my_len, N, smddp__ring_task_first(&R->hr.ring), &boff, &blen);
+            for (int q = 0; q < L; q++) srcs[q] = (const char *)R->srcs[q] + boff * es;
+            if ((st = reduce_pumped(comm, &spec, piece + boff * es, srcs, L, blen)) != SMDDP_OK)
+                break;
             R->ring_active = true;
             st = smddp__ring_task_start(&R->task, comm, op, &R->hr.ring, &c.step, piece,
                                         R->my_len, R->hr.off, R->hr.len, R->hr.tmp,
-                                        round * 2 * (uint32_t)N);
+                                        round * 2 * (uint32_t)N, fuse ? R->srcs : NULL, L);
             if (st != SMDDP_OK) break;
         }
         if (prev && (st = finish_round(comm, op, &pipe, prev, k, stream)) != SMDDP_OK) break;

@@ -154,6 +154,9 @@ smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
                                  step0 + (uint32_t)g->p);
 }
 
+/* Step 0 sends block me - 1; every later reduce-scatter step sends the block it just received. */
+int smddp__ring_task_first(const smddp__ring_t *g) { return (g->me - 1 + g->p) % g->p; }
+
 /* The blocks that step s of a ring allreduce sends (*sb) and receives (*rb). */
 static bool task_blocks(const smddp__ring_task_t *t, int *sb, int *rb)
 {
@@ -172,9 +175,12 @@ static bool task_blocks(const smddp__ring_task_t *t, int *sb, int *rb)
 smddp_status_t smddp__ring_task_start(smddp__ring_task_t *t, smddp_comm_t comm,
                                       const smddp__op_t *op, const smddp__ring_t *g,
                                       const smddp__reduce_spec_t *spec, char *buf, size_t n,
-                                      size_t *off, size_t *len, char *tmp, uint32_t step0)
+                                      size_t *off, size_t *len, char *tmp, uint32_t step0,
+                                      const void *const *local, int nlocal)
 {
     memset(t, 0, sizeof(*t));
+    t->local = local;
+    t->nlocal = nlocal;
     t->comm = comm;
     t->op = op;
     t->g = g;
@@ -214,8 +220,17 @@ smddp_status_t smddp__ring_task_advance(smddp__ring_task_t *t)
             if (comm->node_of[next] == comm->node) comm->net_bytes_local += t->len[sb] * es;
             if (rs) {
                 char *mine = t->buf + t->off[rb] * es;
-                const void *srcs[2] = {mine, t->tmp};
-                smddp__reduce(&t->spec, mine, srcs, 2, t->len[rb]);
+                if (t->local) {
+                    /* This rank's share of block rb was never reduced: all sources at once. */
+                    const void *srcs[SMDDP_NET_MAX_FUSE + 1];
+                    for (int q = 0; q < t->nlocal; q++)
+                        srcs[q] = (const char *)t->local[q] + t->off[rb] * es;
+                    srcs[t->nlocal] = t->tmp;
+                    smddp__reduce(&t->spec, mine, srcs, t->nlocal + 1, t->len[rb]);
+                } else {
+                    const void *srcs[2] = {mine, t->tmp};
+                    smddp__reduce(&t->spec, mine, srcs, 2, t->len[rb]);
+                }
             }
             t->s++;
             continue;

@@ -10,6 +10,9 @@
 #include "../transport/ofi.h"
 #include "coll.h"
 
+/* The most local sources a fused ring task combines (hier.c's MAX_LOCAL). */
+#define SMDDP_NET_MAX_FUSE 256
+
 /* A group that a ring or chain runs over: member i is comm rank ranks[i] (NULL: i). */
 typedef struct smddp__ring {
     int p;
@@ -89,6 +92,8 @@ typedef struct smddp__ring_task {
     smddp__reduce_spec_t spec;
     char *buf, *tmp;
     const size_t *off, *len;
+    const void *const *local; /* see smddp__ring_task_fuse */
+    int nlocal;
     uint32_t step0;
     int s, nsteps;
     bool posted, done;
@@ -98,7 +103,18 @@ typedef struct smddp__ring_task {
 smddp_status_t smddp__ring_task_start(smddp__ring_task_t *t, smddp_comm_t comm,
                                       const smddp__op_t *op, const smddp__ring_t *g,
                                       const smddp__reduce_spec_t *spec, char *buf, size_t n,
-                                      size_t *off, size_t *len, char *tmp, uint32_t step0);
+                                      size_t *off, size_t *len, char *tmp, uint32_t step0,
+                                      const void *const *local, int nlocal);
+/*
+ * A fused task (local != NULL): buf holds this rank's value only of block
+ * smddp__ring_task_first(g) when the task starts; every other block is the
+ * combination of nlocal sources (local[i], laid out as buf), reduced with
+ * spec together with the incoming partial block in one pass when that block
+ * arrives. That saves writing and re-reading those blocks, and the network
+ * starts after 1/p of the local reduction. Not for PREMUL_SUM (the incoming
+ * block must not be scaled again). local must stay valid until done.
+ */
+int smddp__ring_task_first(const smddp__ring_t *g);
 smddp_status_t smddp__ring_task_advance(smddp__ring_task_t *t);
 smddp_status_t smddp__ring_task_wait(smddp__ring_task_t *t);
 /* After a failure: drops t's posted transfers for good (smddp__ofi_abandon). */
