@@ -391,7 +391,14 @@ smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
     smddp__p2p_stop(comm);
     smddp__nccl_teardown(comm);
     smddp__cuda_teardown(comm);
-    if (comm->ofi)
+    if (comm->ofi) {
+        uint64_t hits, misses;
+        bool registering;
+        smddp__ofi_mr_stats(comm, &hits, &misses, &registering);
+        if (registering)
+            SMDDP_INFO("communicator %s: rank %d registered %llu buffer ranges with the network "
+                       "and found %llu transfers' buffers already registered", comm->prefix,
+                       comm->rank, (unsigned long long)misses, (unsigned long long)hits);
         SMDDP_INFO("communicator %s: in collectives, rank %d sent %llu bytes over the network, "
                    "%llu of them to ranks on its own node, and staged %llu bytes in shared memory "
                    "for its node's ranks; %llu ring steps completed while it worked in shared "
@@ -399,6 +406,7 @@ smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
                    (unsigned long long)comm->net_bytes, (unsigned long long)comm->net_bytes_local,
                    (unsigned long long)comm->shm_bytes,
                    (unsigned long long)comm->net_steps_overlapped);
+    }
     smddp__shm_teardown(comm);
     smddp__ofi_teardown(comm);
     smddp__store_unref(comm->store);

@@ -98,6 +98,13 @@ static const param_row_t rows[] = {
     {"SMDDP_OFI_MAX_INFLIGHT", P_INT, "256",
      "send/recv between nodes: at most this many posted to the network at once; later ones "
      "wait their turn in order", OFF(ofi_max_inflight), 0, NULL},
+    {"SMDDP_OFI_MR", P_ENUM, "auto",
+     "register buffers with the network provider: auto (where it asks for it, FI_MR_LOCAL, as "
+     "efa and verbs do) or always (also where it does not: to test the registration path)",
+     OFF(ofi_mr), 0, "auto|always"},
+    {"SMDDP_OFI_MR_CACHE", P_INT, "64",
+     "registrations kept per network endpoint (least recently used ones go first); a "
+     "collective's own are kept for its duration only", OFF(ofi_mr_cache), 0, NULL},
     {"SMDDP_NET_ALGO", P_ENUM, "auto",
      "collectives across nodes: hier (shared memory inside each node, the network between "
      "nodes; needs the same number of ranks on every node), flat (every rank on the network), "

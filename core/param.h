@@ -36,6 +36,8 @@ typedef struct smddp__params {
     int net_algo;               /* SMDDP_NET_ALGO: 0 auto, 1 flat, 2 hier */
     int64_t net_leader_max;     /* SMDDP_NET_LEADER_MAX bytes */
     int ofi_max_inflight;       /* SMDDP_OFI_MAX_INFLIGHT */
+    int ofi_mr;                 /* SMDDP_OFI_MR: 0 auto, 1 always */
+    int ofi_mr_cache;           /* SMDDP_OFI_MR_CACHE */
     char ofi_provider[64];      /* SMDDP_OFI_PROVIDER: "" = FI_PROVIDER, else efa, else tcp;ofi_rxm */
 } smddp__params_t;
 

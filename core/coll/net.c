@@ -521,7 +521,7 @@ static bool use_hier(smddp_comm_t comm)
     return algo == 2 || comm->local_size > 1;
 }
 
-smddp_status_t smddp__net_execute(smddp_comm_t comm, smddp__op_t *op)
+static smddp_status_t net_execute(smddp_comm_t comm, smddp__op_t *op)
 {
     bool hier = false;
     switch (op->kind) {
@@ -595,5 +595,14 @@ smddp_status_t smddp__net_execute(smddp_comm_t comm, smddp__op_t *op)
                 comm->rank, (unsigned long long)op->seq,
                 (unsigned long long)(comm->net_bytes - net0),
                 (unsigned long long)(comm->shm_bytes - shm0));
+    return st;
+}
+
+smddp_status_t smddp__net_execute(smddp_comm_t comm, smddp__op_t *op)
+{
+    /* Buffers registered during the op (where the provider needs it) are reused until its end. */
+    smddp__ofi_op_begin(comm);
+    smddp_status_t st = net_execute(comm, op);
+    smddp__ofi_op_end(comm);
     return st;
 }

@@ -1,5 +1,6 @@
 /* See ofi.h. */
 #include "ofi.h"
+#include "mr_cache.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -37,6 +38,8 @@ struct smddp__ofi {
     char provider[64];
     bool hmem;        /* the provider can move device memory (FI_HMEM) */
     bool abandoned;   /* a failed op left transfers posted: never read the queue again */
+    smddp__mr_cache_t *mr; /* registrations, when the provider needs them (FI_MR_LOCAL) */
+    uint64_t mr_keys;      /* the last key chosen (providers without FI_MR_PROV_KEY) */
 };
 
 bool smddp__ofi_built(void) { return true; }
@@ -62,11 +65,8 @@ static int get_info_caps(const char *provider, uint64_t extra, struct fi_info **
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = FI_TAGGED | FI_DIRECTED_RECV | extra;
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
-    /*
-     * No FI_MR_LOCAL: buffers are not registered yet (a registration cache is
-     * still to come), so providers that need it are not offered.
-     */
-    hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+    /* Local buffers are registered (through the cache) where the provider asks for it. */
+    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
     hints->domain_attr->threading = FI_THREAD_DOMAIN;
     hints->tx_attr->msg_order = FI_ORDER_SAS;
     if (provider) hints->fabric_attr->prov_name = strdup(provider);
@@ -120,6 +120,27 @@ static smddp_status_t choose_provider(struct fi_info **out)
     return SMDDP_OK;
 }
 
+static int mr_reg(void *ctx, void *addr, size_t len, void **handle, void **desc)
+{
+    smddp__ofi_t *o = ctx;
+    struct fid_mr *mr = NULL;
+    /* Without FI_MR_PROV_KEY the keys are ours to choose, and must differ. */
+    uint64_t key = (o->info->domain_attr->mr_mode & FI_MR_PROV_KEY) ? 0 : ++o->mr_keys;
+    int rc = fi_mr_reg(o->domain, addr, len, FI_SEND | FI_RECV, 0, key, 0, &mr, NULL);
+    if (rc != 0) return rc;
+    *handle = mr;
+    *desc = fi_mr_desc(mr);
+    return 0;
+}
+
+static const char *mr_strerror(int rc) { return fi_strerror(rc < 0 ? -rc : rc); }
+
+static void mr_dereg(void *ctx, void *handle)
+{
+    (void)ctx;
+    fi_close(&((struct fid_mr *)handle)->fid);
+}
+
 static smddp_status_t open_endpoint(smddp__ofi_t *o)
 {
     int rc;
@@ -130,6 +151,12 @@ static smddp_status_t open_endpoint(smddp__ofi_t *o)
         return fi_error(rc, "fi_fabric");
     if ((rc = fi_domain(o->fabric, o->info, &o->domain, NULL)) != 0)
         return fi_error(rc, "fi_domain");
+    if ((o->info->domain_attr->mr_mode & FI_MR_LOCAL) || smddp__params()->ofi_mr == 1) {
+        char what[96];
+        snprintf(what, sizeof(what), "libfabric %s", o->provider);
+        SMDDP_CHECK(smddp__mr_cache_new(smddp__params()->ofi_mr_cache, mr_reg, mr_dereg,
+                                        mr_strerror, o, what, &o->mr));
+    }
     struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
     if ((rc = fi_av_open(o->domain, &av_attr, &o->av, NULL)) != 0)
         return fi_error(rc, "fi_av_open");
@@ -180,6 +207,7 @@ static void instance_close(smddp__ofi_t *o)
 {
     if (!o) return;
     if (o->ep) fi_close(&o->ep->fid);
+    smddp__mr_cache_free(o->mr); /* after the endpoint: nothing is in flight any more */
     if (o->cq) fi_close(&o->cq->fid);
     if (o->av) fi_close(&o->av->fid);
     if (o->domain) fi_close(&o->domain->fid);
@@ -215,9 +243,24 @@ smddp_status_t smddp__ofi_setup(smddp_comm_t comm)
         smddp__ofi_teardown(comm);
         return smddp__error(st, "rank %d: network setup failed: %s", comm->rank, msg);
     }
-    SMDDP_INFO("rank %d: libfabric provider %s, domain %s, device memory (FI_HMEM): %s",
-               comm->rank, comm->ofi->provider, comm->ofi->info->domain_attr->name,
-               comm->ofi->hmem ? "yes" : "no (CUDA buffers between nodes go to NCCL)");
+    if (comm->ofi->mr && comm->shm) {
+        /* The staging segment is sent from and received into by every hierarchical op. */
+        void *base;
+        size_t len;
+        smddp__shm_segment(comm, &base, &len);
+        st = smddp__mr_cache_add_persistent(comm->ofi->mr, base, len);
+        if (st < 0) {
+            smddp__ofi_teardown(comm);
+            return st;
+        }
+    }
+    SMDDP_INFO("rank %d: libfabric provider %s, domain %s, device memory (FI_HMEM): %s, "
+               "buffer registration: %s", comm->rank, comm->ofi->provider,
+               comm->ofi->info->domain_attr->name,
+               comm->ofi->hmem ? "yes" : "no (CUDA buffers between nodes go to NCCL)",
+               !comm->ofi->mr ? "not needed"
+               : (comm->ofi->info->domain_attr->mr_mode & FI_MR_LOCAL) ? "cached (FI_MR_LOCAL)"
+                                                                        : "cached (SMDDP_OFI_MR=always)");
     return SMDDP_OK;
 }
 
@@ -239,6 +282,13 @@ void smddp__ofi_teardown_p2p(smddp_comm_t comm)
     comm->ofi_p2p = NULL;
 }
 
+static void unpin(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
+{
+    if (!x->mr) return;
+    smddp__mr_cache_put(o->mr, x->mr);
+    x->mr = NULL;
+}
+
 smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
 {
     if (o->abandoned)
@@ -252,6 +302,7 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
             x->status = SMDDP_OK;
             x->tag = entries[i].tag;
             x->received = entries[i].len;
+            unpin(o, x);
             x->done = 1;
         }
         return SMDDP_OK;
@@ -276,6 +327,7 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
         x->status = err.err == FI_ETRUNC ? SMDDP_ERR_MISMATCH
                     : err.err == FI_ECANCELED ? SMDDP_ERR_ABORTED
                                               : SMDDP_ERR_PEER_LOST;
+        unpin(o, x);
         x->done = 1;
         return SMDDP_OK;
     }
@@ -292,16 +344,27 @@ smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_
     x->peer = peer;
     x->is_send = is_send;
     x->len = len;
+    void *desc = NULL;
+    if (o->mr) {
+        SMDDP_CHECK(smddp__mr_cache_get(o->mr, buf, len, &x->mr));
+        desc = smddp__mr_desc(x->mr);
+    }
     for (;;) {
-        ssize_t rc = is_send ? fi_tsend(o->ep, buf, len, NULL, o->addrs[peer], tag, x)
-                             : fi_trecv(o->ep, buf, len, NULL, o->addrs[peer], tag, ignore, x);
+        ssize_t rc = is_send ? fi_tsend(o->ep, buf, len, desc, o->addrs[peer], tag, x)
+                             : fi_trecv(o->ep, buf, len, desc, o->addrs[peer], tag, ignore, x);
         if (rc == 0) return SMDDP_OK;
-        if (rc != -FI_EAGAIN)
+        if (rc != -FI_EAGAIN) {
+            unpin(o, x);
             return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: posting a %s of %zu bytes %s rank "
                                 "%d failed: %s", is_send ? "send" : "receive", len,
                                 is_send ? "to" : "from", peer, fi_strerror((int)-rc));
+        }
         /* The endpoint is full: completing what it holds makes room. */
-        SMDDP_CHECK(smddp__ofi_progress(o));
+        smddp_status_t st = smddp__ofi_progress(o);
+        if (st != SMDDP_OK) {
+            unpin(o, x);
+            return st;
+        }
     }
 }
 
@@ -394,7 +457,35 @@ smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__
     return smddp__ofi_xfer_status(op, x);
 }
 
+void smddp__ofi_op_begin(smddp_comm_t comm)
+{
+    if (comm->ofi && comm->ofi->mr) smddp__mr_cache_hold(comm->ofi->mr);
+}
+
+void smddp__ofi_op_end(smddp_comm_t comm)
+{
+    if (comm->ofi && comm->ofi->mr) smddp__mr_cache_release(comm->ofi->mr);
+}
+
+void smddp__ofi_mr_stats(smddp_comm_t comm, uint64_t *hits, uint64_t *misses, bool *registering)
+{
+    smddp__mr_stats_t st = {0};
+    *registering = comm->ofi && comm->ofi->mr;
+    if (*registering) st = smddp__mr_cache_stats(comm->ofi->mr);
+    *hits = st.hits;
+    *misses = st.misses;
+}
+
 #else /* !SMDDP_HAVE_OFI */
+
+void smddp__ofi_op_begin(smddp_comm_t comm) { (void)comm; }
+void smddp__ofi_op_end(smddp_comm_t comm) { (void)comm; }
+void smddp__ofi_mr_stats(smddp_comm_t comm, uint64_t *hits, uint64_t *misses, bool *registering)
+{
+    (void)comm;
+    *hits = *misses = 0;
+    *registering = false;
+}
 
 bool smddp__ofi_built(void) { return false; }
 bool smddp__ofi_hmem(smddp_comm_t comm)

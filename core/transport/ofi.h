@@ -29,6 +29,17 @@ void smddp__ofi_teardown(smddp_comm_t comm);
 bool smddp__ofi_hmem(smddp_comm_t comm);
 /* Closes only the send/recv endpoint (the p2p thread has stopped). */
 void smddp__ofi_teardown_p2p(smddp_comm_t comm);
+/*
+ * Collectives bracket their transfers with these, so that buffers they use
+ * again (rings send from the same blocks every round) are registered once
+ * per collective where the provider needs registration (FI_MR_LOCAL, or
+ * SMDDP_OFI_MR=always).
+ */
+void smddp__ofi_op_begin(smddp_comm_t comm);
+void smddp__ofi_op_end(smddp_comm_t comm);
+/* Registration counters of comm's collective endpoint (all 0 without registration). */
+void smddp__ofi_mr_stats(smddp_comm_t comm, uint64_t *hits, uint64_t *misses, bool *registering);
+
 /* The provider in use, e.g. "tcp;ofi_rxm" (NULL before setup). */
 const char *smddp__ofi_provider(smddp_comm_t comm);
 
@@ -43,6 +54,7 @@ typedef struct smddp__ofi_xfer {
     int done;
     smddp_status_t status;
     char err[256];         /* why it failed */
+    struct smddp__mr_entry *mr; /* its registration, pinned until done (FI_MR_LOCAL) */
 } smddp__ofi_xfer_t;
 
 /*

@@ -636,6 +636,12 @@ void smddp__shm_wait_policy(smddp_comm_t comm, int64_t *spin_ns, int64_t *yield_
     *yield_ns = comm->shm->yield_ns;
 }
 
+void smddp__shm_segment(smddp_comm_t comm, void **base, size_t *len)
+{
+    *base = comm->shm->base;
+    *len = comm->shm->len;
+}
+
 void *smddp__shm_meta(smddp_comm_t comm, int lr, int parity)
 {
     smddp__shm_t *s = comm->shm;

@@ -71,6 +71,9 @@ void smddp__shm_op_end(smddp_comm_t comm);
  */
 bool smddp__shm_read_desc(smddp_comm_t comm, int lr, uint64_t seq, smddp__shm_desc_t *out);
 
+/* The whole mapped segment (for registering it with the network once). */
+void smddp__shm_segment(smddp_comm_t comm, void **base, size_t *len);
+
 /* A small per-rank slot (512 bytes, two by parity) for metadata exchanges. */
 void *smddp__shm_meta(smddp_comm_t comm, int lr, int parity);
 #define SMDDP_SHM_META_SIZE 512

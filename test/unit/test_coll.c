@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "comm.h"
+#include "transport/ofi.h"
 #include "harness.h"
 #include "reduce/half.h"
 
@@ -753,6 +754,15 @@ static void traffic_rank(smddp_comm_t comm, int rank, int size, void *arg)
                 "hierarchical: rank %d sent %llu bytes over the network to its own node, staged "
                 "%llu in shm", rank, (unsigned long long)comm->net_bytes_local,
                 (unsigned long long)comm->shm_bytes);
+    if (getenv("SMDDP_OFI_MR")) {
+        /* Registration forced: the staging segment and the rings' reused blocks hit. */
+        uint64_t hits, misses;
+        bool registering;
+        smddp__ofi_mr_stats(comm, &hits, &misses, &registering);
+        H_CHECK(registering && hits > misses, "rank %d: %s, %llu registrations, %llu hits", rank,
+                registering ? "registering" : "not registering", (unsigned long long)misses,
+                (unsigned long long)hits);
+    }
     if (hier && getenv("SMDDP_SHM_BUFFER_SIZE"))
         /* 32 rounds: some ring steps must have moved while the rank staged the next round. */
         H_CHECK(comm->net_steps_overlapped > 0, "rank %d: no ring step completed while it "
@@ -770,10 +780,18 @@ static void test_nodes_traffic_2x2(void **state)
     (void)state;
     run_nodes(4, 2, traffic_rank);
     run_nodes_env(4, 2, traffic_rank, "SMDDP_SHM_BUFFER_SIZE=256K");
+    run_nodes_env(4, 2, traffic_rank, "SMDDP_SHM_BUFFER_SIZE=256K SMDDP_OFI_MR=always");
     run_nodes_env(4, 2, traffic_rank, "SMDDP_NET_ALGO=flat");
 }
 
 static void test_nodes_allreduce_2x2(void **state) { (void)state; run_nodes(4, 2, allreduce_rank); }
+/* Every buffer registered through a 2-entry cache: evictions and one-transfer registrations. */
+static void test_nodes_allreduce_registered(void **state)
+{
+    (void)state;
+    run_nodes_env(4, 2, allreduce_rank, "SMDDP_OFI_MR=always SMDDP_OFI_MR_CACHE=2");
+    run_nodes_env(4, 2, p2p_across_nodes_rank, "SMDDP_OFI_MR=always SMDDP_OFI_MR_CACHE=2");
+}
 /* Every local rank on the network, tiny staging halves: many rounds, uneven pieces. */
 static void test_nodes_allreduce_3x2_split(void **state)
 {
@@ -908,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_nodes_half_accuracy_3x2),
         cmocka_unit_test(test_nodes_traffic_2x2),
         cmocka_unit_test(test_nodes_allreduce_2x2),
+        cmocka_unit_test(test_nodes_allreduce_registered),
         cmocka_unit_test(test_nodes_allreduce_3x2_split),
         cmocka_unit_test(test_nodes_allreduce_2x2_flat),
         cmocka_unit_test(test_nodes_uneven),

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "transport/mr_cache.h"
 #include "transport/ofi.h"
 
 #define LOOPBACK "FI_TCP_IFACE=lo"
@@ -46,7 +47,6 @@ static void fill(unsigned char *buf, size_t n, int from, int k)
 /* Every rank sends to the next and receives from the previous, sizes 0 to 8 MiB. */
 static void ring_fn(smddp_comm_t comm, int rank, int size, void *arg)
 {
-    (void)arg;
     H_OK(smddp__ofi_setup(comm));
     H_CHECK(smddp__ofi_provider(comm) != NULL, "no provider after setup");
     static const size_t sizes[] = {0, 1, 4096, 65537, 1 << 20, 8 << 20};
@@ -86,6 +86,15 @@ static void ring_fn(smddp_comm_t comm, int rank, int size, void *arg)
         H_CHECK(got[i] == (uint32_t)(prev * 100000 + i), "message %d from rank %d is %u", i,
                 prev, got[i]);
     }
+    if (arg) {
+        /* Registered run: the 6 sizes' buffers each need registering, both directions. */
+        uint64_t hits, misses;
+        bool registering;
+        smddp__ofi_mr_stats(comm, &hits, &misses, &registering);
+        H_CHECK(registering, "SMDDP_OFI_MR=always, yet the endpoint registers nothing");
+        H_CHECK(misses >= 12 && hits > 0, "%llu registrations and %llu hits for 524 transfers",
+                (unsigned long long)misses, (unsigned long long)hits);
+    }
     smddp__ofi_teardown(comm);
     smddp__ofi_teardown(comm); /* twice is harmless */
 }
@@ -95,6 +104,117 @@ static void test_ring_2(void **state)
     (void)state;
     harness_opts_t opts = {.env = LOOPBACK, .timeout_s = 120};
     assert_int_equal(harness_run(2, ring_fn, NULL, &opts), 0);
+}
+
+/* ring_fn with every buffer registered (tcp does not need it), through a 4-entry cache. */
+static void test_ring_registered(void **state)
+{
+    (void)state;
+    harness_opts_t opts = {.env = LOOPBACK " SMDDP_OFI_MR=always SMDDP_OFI_MR_CACHE=4",
+                           .timeout_s = 120};
+    static int registered = 1;
+    assert_int_equal(harness_run(2, ring_fn, &registered, &opts), 0);
+}
+
+/* ---- the registration cache on its own, with a fake registrar ------------ */
+
+typedef struct fake_reg {
+    int regs, deregs, live, fail_next;
+    uintptr_t last_lo;
+    size_t last_len;
+} fake_reg_t;
+
+static int fake_reg_fn(void *ctx, void *addr, size_t len, void **handle, void **desc)
+{
+    fake_reg_t *f = ctx;
+    if (f->fail_next) {
+        f->fail_next = 0;
+        return -12;
+    }
+    f->regs++;
+    f->live++;
+    f->last_lo = (uintptr_t)addr;
+    f->last_len = len;
+    *handle = addr;
+    *desc = (char *)addr + 1; /* any value the test can recognise */
+    return 0;
+}
+
+static void fake_dereg_fn(void *ctx, void *handle)
+{
+    fake_reg_t *f = ctx;
+    (void)handle;
+    f->deregs++;
+    f->live--;
+}
+
+static void test_mr_cache(void **state)
+{
+    (void)state;
+    fake_reg_t f = {0};
+    smddp__mr_cache_t *c;
+    assert_int_equal(smddp__mr_cache_new(2, fake_reg_fn, fake_dereg_fn, NULL, &f, "fake", &c),
+                     SMDDP_OK);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    char *mem = aligned_alloc(page, 16 * page);
+    smddp__mr_entry_t *a, *b, *d, *e;
+
+    /* Not held: an entry goes when its last transfer completes. */
+    assert_int_equal(smddp__mr_cache_get(c, mem + 10, 100, &a), SMDDP_OK);
+    assert_int_equal(f.regs, 1);
+    assert_true(f.last_lo == (uintptr_t)mem && f.last_len == page); /* page aligned */
+    assert_ptr_equal(smddp__mr_desc(a), mem + 1);
+    smddp__mr_cache_put(c, a);
+    assert_int_equal(f.live, 0);
+
+    /* Held (one collective): a buffer inside a registered range hits. */
+    smddp__mr_cache_hold(c);
+    assert_int_equal(smddp__mr_cache_get(c, mem, 2 * page, &a), SMDDP_OK);
+    smddp__mr_cache_put(c, a);
+    assert_int_equal(smddp__mr_cache_get(c, mem + page, 100, &b), SMDDP_OK);
+    assert_ptr_equal(a, b);
+    smddp__mr_cache_put(c, b);
+    assert_int_equal(f.regs, 2);
+    /* A range that sticks out of every entry misses. */
+    assert_int_equal(smddp__mr_cache_get(c, mem + page, 2 * page, &d), SMDDP_OK);
+    assert_int_equal(f.regs, 3);
+    /* Full (2 entries) with d pinned: the unpinned, least recently used one (a) is evicted. */
+    assert_int_equal(smddp__mr_cache_get(c, mem + 8 * page, 10, &e), SMDDP_OK);
+    assert_int_equal(f.deregs, 2); /* the first entry's, and a's now */
+    assert_int_equal(smddp__mr_cache_stats(c).evictions, 1);
+    /* Everything pinned: a registration for that transfer alone, gone when it completes. */
+    smddp__mr_entry_t *t;
+    assert_int_equal(smddp__mr_cache_get(c, mem + 12 * page, 10, &t), SMDDP_OK);
+    assert_int_equal(smddp__mr_cache_stats(c).uncached, 1);
+    assert_int_equal(f.live, 3);
+    smddp__mr_cache_put(c, t);
+    assert_int_equal(f.live, 2);
+    smddp__mr_cache_put(c, d);
+    smddp__mr_cache_put(c, e);
+    assert_int_equal(f.live, 2); /* still held */
+    smddp__mr_cache_release(c);
+    assert_int_equal(f.live, 0); /* the collective is over: the caller may free its buffers */
+
+    /* Persistent entries survive release and serve later lookups. */
+    assert_int_equal(smddp__mr_cache_add_persistent(c, mem, 16 * page), SMDDP_OK);
+    assert_int_equal(smddp__mr_cache_get(c, mem + 5 * page, page, &a), SMDDP_OK);
+    smddp__mr_cache_put(c, a);
+    smddp__mr_cache_hold(c);
+    smddp__mr_cache_release(c);
+    assert_int_equal(f.live, 1);
+    smddp__mr_stats_t st = smddp__mr_cache_stats(c);
+    assert_true(st.hits == 2 && st.live == 1);
+
+    /* A failed registration is an error that says what failed, and leaves nothing behind. */
+    f.fail_next = 1;
+    smddp_status_t rc = smddp__mr_cache_get(c, (char *)mem + 64 * page, 10, &a);
+    assert_int_equal(rc, SMDDP_ERR_SYSTEM);
+    assert_non_null(strstr(smddp__last_error(), "fake: registering 4096 bytes"));
+    assert_int_equal(f.live, 1);
+
+    smddp__mr_cache_free(c);
+    assert_int_equal(f.live, 0);
+    free(mem);
 }
 
 static void test_ring_3(void **state)
@@ -190,6 +310,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_2),
         cmocka_unit_test(test_ring_3),
+        cmocka_unit_test(test_ring_registered),
+        cmocka_unit_test(test_mr_cache),
         cmocka_unit_test(test_receive_times_out),
         cmocka_unit_test(test_receive_from_killed_peer),
         cmocka_unit_test(test_bad_provider),
