@@ -30,6 +30,24 @@ static uint64_t tag_of(const smddp__op_t *op, uint32_t step)
     return (op->seq << 20) | (step & 0xfffff);
 }
 
+/* Only a peer running another collective (count, dtype, root) sends a block of another size. */
+static smddp_status_t check_block(const smddp__op_t *op, int from, size_t received, size_t expected)
+{
+    if (received == expected) return SMDDP_OK;
+    char desc[256];
+    smddp__op_describe(op, desc, sizeof(desc));
+    return smddp__error_quiet(SMDDP_ERR_MISMATCH,
+                              "%s: rank %d sent %zu bytes where this rank expected %zu: the ranks "
+                              "issued different collectives at this point", desc, from, received,
+                              expected);
+}
+
+static void count_sent(smddp_comm_t comm, int to, size_t bytes)
+{
+    comm->net_bytes += bytes;
+    if (comm->node_of[to] == comm->node) comm->net_bytes_local += bytes;
+}
+
 smddp_status_t smddp__net_exchange(smddp_comm_t comm, const smddp__op_t *op, uint32_t step,
                                    int to, const void *sbuf, size_t slen, int from, void *rbuf,
                                    size_t rlen)
@@ -48,19 +66,8 @@ smddp_status_t smddp__net_exchange(smddp_comm_t comm, const smddp__op_t *op, uin
         smddp__ofi_abandon(comm->ofi, &tx);
         return st;
     }
-    if (from >= 0 && rx.received != rlen) {
-        /* Only a peer running another collective (count, dtype, root) sends a shorter block. */
-        char desc[256];
-        smddp__op_describe(op, desc, sizeof(desc));
-        return smddp__error_quiet(SMDDP_ERR_MISMATCH,
-                                  "%s: rank %d sent %zu bytes where this rank expected %zu: the "
-                                  "ranks issued different collectives at this point", desc, from,
-                                  rx.received, rlen);
-    }
-    if (to >= 0) {
-        comm->net_bytes += slen;
-        if (comm->node_of[to] == comm->node) comm->net_bytes_local += slen;
-    }
+    if (from >= 0) SMDDP_CHECK(check_block(op, from, rx.received, rlen));
+    if (to >= 0) count_sent(comm, to, slen);
     return SMDDP_OK;
 }
 #define exchange smddp__net_exchange
@@ -143,17 +150,6 @@ smddp_status_t smddp__net_blocks(int p, size_t n, size_t each, size_t **off, siz
     return SMDDP_OK;
 }
 
-smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
-                                     const smddp__ring_t *g, const smddp__reduce_spec_t *spec,
-                                     char *buf, size_t n, size_t *off, size_t *len, char *tmp,
-                                     uint32_t step0)
-{
-    for (int q = 0; q < g->p; q++) smddp__piece(n, g->p, q, &off[q], &len[q]);
-    SMDDP_CHECK(smddp__ring_reduce_scatter(comm, op, g, spec, buf, off, len, tmp, step0));
-    return smddp__ring_allgather(comm, op, g, buf, off, len, smddp_dtype_size(spec->dtype),
-                                 step0 + (uint32_t)g->p);
-}
-
 /* Step 0 sends block me - 1; every later reduce-scatter step sends the block it just received. */
 int smddp__ring_task_first(const smddp__ring_t *g) { return (g->me - 1 + g->p) % g->p; }
 
@@ -208,16 +204,8 @@ smddp_status_t smddp__ring_task_advance(smddp__ring_task_t *t)
             t->posted = false;
             SMDDP_CHECK(smddp__ofi_xfer_status(t->op, &t->tx));
             SMDDP_CHECK(smddp__ofi_xfer_status(t->op, &t->rx));
-            if (t->rx.received != t->len[rb] * es) {
-                char desc[256];
-                smddp__op_describe(t->op, desc, sizeof(desc));
-                return smddp__error_quiet(SMDDP_ERR_MISMATCH,
-                                          "%s: rank %d sent %zu bytes where this rank expected "
-                                          "%zu: the ranks issued different collectives at this "
-                                          "point", desc, prev, t->rx.received, t->len[rb] * es);
-            }
-            comm->net_bytes += t->len[sb] * es;
-            if (comm->node_of[next] == comm->node) comm->net_bytes_local += t->len[sb] * es;
+            SMDDP_CHECK(check_block(t->op, prev, t->rx.received, t->len[rb] * es));
+            count_sent(comm, next, t->len[sb] * es);
             if (rs) {
                 char *mine = t->buf + t->off[rb] * es;
                 if (t->local) {
@@ -274,6 +262,19 @@ smddp_status_t smddp__ring_task_wait(smddp__ring_task_t *t)
 {
     if (t->done) return SMDDP_OK;
     return smddp__ofi_wait_until(t->comm, t->op, poll_task, t);
+}
+
+smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
+                                     const smddp__ring_t *g, const smddp__reduce_spec_t *spec,
+                                     char *buf, size_t n, size_t *off, size_t *len, char *tmp,
+                                     uint32_t step0)
+{
+    smddp__ring_task_t t;
+    smddp_status_t st = smddp__ring_task_start(&t, comm, op, g, spec, buf, n, off, len, tmp,
+                                               step0, NULL, 0);
+    if (st == SMDDP_OK) st = smddp__ring_task_wait(&t);
+    if (st != SMDDP_OK) smddp__ring_task_abandon(&t); /* t lives on this stack */
+    return st;
 }
 
 void smddp__ring_task_abandon(smddp__ring_task_t *t)

@@ -69,7 +69,8 @@ smddp_status_t smddp__ring_allgather(smddp_comm_t comm, const smddp__op_t *op,
  * In-place ring allreduce of n elements of spec's dtype (no pre-scaling or
  * final division: the caller does those). off and len are scratch for the
  * block table (g->p entries each); tmp holds n / p + 1 elements. Uses steps
- * step0 .. step0 + 2p - 1.
+ * step0 .. step0 + 2p - 3. It is the ring task below, started and waited for,
+ * so it must not run while comm->pump is set.
  */
 smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
                                      const smddp__ring_t *g, const smddp__reduce_spec_t *spec,
