@@ -143,7 +143,22 @@ def main(argv=None) -> int:
         train(args)
     finally:
         dist.destroy_process_group()
+        if "gloo" in backend:
+            _let_gloo_workers_finish()
     return 0
+
+
+def _let_gloo_workers_finish() -> None:
+    """Gives gloo's worker threads time to drop their last tensors before exit.
+
+    DDP keeps the gloo process group alive after destroy_process_group, so its
+    worker threads outlive main(). A worker that drops a tensor once the
+    interpreter has begun to finalise dies taking the GIL, and the process
+    aborts ("terminate called without an active exception", pytorch issue
+    190489). It drops them right after completing the last collective; this
+    sleep releases the GIL so that it can.
+    """
+    time.sleep(0.1)
 
 
 if __name__ == "__main__":
