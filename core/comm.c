@@ -407,8 +407,9 @@ smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
                    (unsigned long long)comm->shm_bytes,
                    (unsigned long long)comm->net_steps_overlapped);
     }
-    smddp__shm_teardown(comm);
+    /* The network first: its registrations cover the shm segment. */
     smddp__ofi_teardown(comm);
+    smddp__shm_teardown(comm);
     smddp__store_unref(comm->store);
     comm_free(comm);
     return SMDDP_OK;

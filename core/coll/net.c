@@ -602,7 +602,7 @@ static smddp_status_t net_execute(smddp_comm_t comm, smddp__op_t *op)
 smddp_status_t smddp__net_execute(smddp_comm_t comm, smddp__op_t *op)
 {
     /* Buffers registered during the op (where the provider needs it) are reused until its end. */
-    smddp__ofi_op_begin(comm);
+    smddp__ofi_op_begin(comm, op);
     smddp_status_t st = net_execute(comm, op);
     smddp__ofi_op_end(comm);
     return st;

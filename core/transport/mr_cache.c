@@ -16,8 +16,9 @@ struct smddp__mr_entry {
     void *handle, *desc;
     int refs;
     bool persistent;
-    bool transient; /* made for one transfer: not in the table */
+    bool transient; /* made for one transfer: not in the table, on the transients list */
     uint64_t used;  /* LRU clock */
+    struct smddp__mr_entry *prev, *next; /* transients list */
 };
 
 struct smddp__mr_cache {
@@ -28,6 +29,7 @@ struct smddp__mr_cache {
     char what[64];
     int cap, n;
     smddp__mr_entry_t **e; /* n live table entries */
+    smddp__mr_entry_t *transients;
     int holds;
     uint64_t clock;
     smddp__mr_stats_t stats;
@@ -66,6 +68,12 @@ void smddp__mr_cache_free(smddp__mr_cache_t *c)
 {
     if (!c) return;
     for (int i = 0; i < c->n; i++) drop(c, c->e[i]);
+    /* Pinned by transfers that never completed (abandoned, or in flight at teardown). */
+    while (c->transients) {
+        smddp__mr_entry_t *e = c->transients;
+        c->transients = e->next;
+        drop(c, e);
+    }
     free(c->e);
     free(c);
 }
@@ -146,6 +154,9 @@ smddp_status_t smddp__mr_cache_get(smddp__mr_cache_t *c, const void *addr, size_
         c->e[c->n++] = e;
     } else {
         e->transient = true;
+        e->next = c->transients;
+        if (e->next) e->next->prev = e;
+        c->transients = e;
         c->stats.uncached++;
     }
     *out = e;
@@ -170,6 +181,9 @@ void smddp__mr_cache_put(smddp__mr_cache_t *c, smddp__mr_entry_t *e)
 {
     if (--e->refs > 0) return;
     if (e->transient) {
+        if (e->prev) e->prev->next = e->next;
+        else c->transients = e->next;
+        if (e->next) e->next->prev = e->prev;
         drop(c, e);
         return;
     }
@@ -185,7 +199,7 @@ void smddp__mr_cache_hold(smddp__mr_cache_t *c) { c->holds++; }
 
 void smddp__mr_cache_release(smddp__mr_cache_t *c)
 {
-    if (--c->holds > 0) return;
+    if (c->holds > 0 && --c->holds > 0) return;
     for (int i = 0; i < c->n;) {
         smddp__mr_entry_t *e = c->e[i];
         if (!e->refs && !e->persistent)

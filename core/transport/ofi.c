@@ -40,6 +40,8 @@ struct smddp__ofi {
     bool abandoned;   /* a failed op left transfers posted: never read the queue again */
     smddp__mr_cache_t *mr; /* registrations, when the provider needs them (FI_MR_LOCAL) */
     uint64_t mr_keys;      /* the last key chosen (providers without FI_MR_PROV_KEY) */
+    smddp_comm_t comm;     /* for the abort flag and the timeout */
+    int64_t deadline_ns;   /* of the collective running on this endpoint (0: none) */
 };
 
 bool smddp__ofi_built(void) { return true; }
@@ -222,6 +224,7 @@ static smddp_status_t instance_open(smddp_comm_t comm, const char *channel, smdd
 {
     smddp__ofi_t *o = calloc(1, sizeof(*o));
     if (!o) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the network transport");
+    o->comm = comm;
     smddp_status_t st = open_endpoint(o);
     if (st >= 0) st = exchange_addresses(comm, o, channel);
     if (st < 0) {
@@ -337,6 +340,35 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
 
 static smddp_status_t progress(smddp_comm_t comm) { return smddp__ofi_progress(comm->ofi); }
 
+/* Between retries of a post the endpoint refused: yields the core, then gives up at the deadline. */
+static smddp_status_t post_retry_check(smddp__ofi_t *o, int peer, int is_send, size_t len,
+                                       int64_t *start, int64_t *deadline)
+{
+    smddp_comm_t comm = o->comm;
+    int64_t now = smddp__now_ns();
+    if (!*start) {
+        *start = now;
+        if (!*deadline && comm->timeout_ms > 0) *deadline = now + comm->timeout_ms * 1000000;
+    }
+    if (now - *start > 1000 * 1000) {
+        struct timespec ts = {0, 50 * 1000};
+        nanosleep(&ts, NULL);
+    } else {
+        sched_yield();
+    }
+    if (smddp__comm_poll_remote_abort(comm, now, peer))
+        return smddp__error_quiet(SMDDP_ERR_ABORTED, "posting a %s of %zu bytes %s rank %d "
+                                  "failed: communicator aborted: %s", is_send ? "send" : "receive",
+                                  len, is_send ? "to" : "from", peer, comm->abort_msg);
+    if (*deadline && now >= *deadline)
+        return smddp__error_quiet(SMDDP_ERR_TIMEOUT, "libfabric (%s) did not accept a %s of %zu "
+                                  "bytes %s rank %d before the %.3f s timeout (no connection to "
+                                  "rank %d: has it joined, is it alive?)", o->provider,
+                                  is_send ? "send" : "receive", len, is_send ? "to" : "from",
+                                  peer, (double)comm->timeout_ms / 1000.0, peer);
+    return SMDDP_OK;
+}
+
 smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
                                   uint64_t tag, uint64_t ignore, void *buf, size_t len)
 {
@@ -344,12 +376,23 @@ smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_
     x->peer = peer;
     x->is_send = is_send;
     x->len = len;
+    if (o->abandoned)
+        return smddp__error(SMDDP_ERR_ABORTED, "the network endpoint was abandoned by a failed "
+                            "collective");
     void *desc = NULL;
-    if (o->mr) {
+    /* A zero-length transfer needs no registration (its buffer may be NULL). */
+    if (o->mr && len > 0) {
         SMDDP_CHECK(smddp__mr_cache_get(o->mr, buf, len, &x->mr));
         desc = smddp__mr_desc(x->mr);
     }
-    for (;;) {
+    /*
+     * -FI_EAGAIN: the endpoint is full, or (rxm) the connection to the peer is
+     * still being made, which never ends when the peer is gone. Completing
+     * what the endpoint holds makes room; the collective's deadline (else the
+     * communicator's timeout) and an abort end the retries.
+     */
+    int64_t start = 0, deadline = o->deadline_ns;
+    for (unsigned i = 0;; i++) {
         ssize_t rc = is_send ? fi_tsend(o->ep, buf, len, desc, o->addrs[peer], tag, x)
                              : fi_trecv(o->ep, buf, len, desc, o->addrs[peer], tag, ignore, x);
         if (rc == 0) return SMDDP_OK;
@@ -359,8 +402,9 @@ smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_
                                 "%d failed: %s", is_send ? "send" : "receive", len,
                                 is_send ? "to" : "from", peer, fi_strerror((int)-rc));
         }
-        /* The endpoint is full: completing what it holds makes room. */
         smddp_status_t st = smddp__ofi_progress(o);
+        if (st == SMDDP_OK && i % 64 == 63) st = post_retry_check(o, peer, is_send, len, &start,
+                                                                  &deadline);
         if (st != SMDDP_OK) {
             unpin(o, x);
             return st;
@@ -370,14 +414,21 @@ smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_
 
 void smddp__ofi_cancel(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
 {
-    if (!x->done) fi_cancel(&o->ep->fid, x);
+    if (!x->done && o->ep) fi_cancel(&o->ep->fid, x);
 }
 
 void smddp__ofi_abandon(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
 {
-    if (!o || x->done) return;
+    if (!o || x->done || !o->ep) return;
     fi_cancel(&o->ep->fid, x);
     o->abandoned = true;
+    /*
+     * A receive the provider already matched may still be written by the NIC
+     * (rendezvous reads on verbs, efa) into a buffer the caller is about to
+     * free: closing the endpoint stops that. It is never used again.
+     */
+    fi_close(&o->ep->fid);
+    o->ep = NULL;
 }
 
 smddp_status_t smddp__ofi_post(smddp_comm_t comm, smddp__ofi_xfer_t *x, int is_send, int peer,
@@ -457,14 +508,18 @@ smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__
     return smddp__ofi_xfer_status(op, x);
 }
 
-void smddp__ofi_op_begin(smddp_comm_t comm)
+void smddp__ofi_op_begin(smddp_comm_t comm, const smddp__op_t *op)
 {
-    if (comm->ofi && comm->ofi->mr) smddp__mr_cache_hold(comm->ofi->mr);
+    if (!comm->ofi) return;
+    comm->ofi->deadline_ns = op->deadline_ns;
+    if (comm->ofi->mr) smddp__mr_cache_hold(comm->ofi->mr);
 }
 
 void smddp__ofi_op_end(smddp_comm_t comm)
 {
-    if (comm->ofi && comm->ofi->mr) smddp__mr_cache_release(comm->ofi->mr);
+    if (!comm->ofi) return;
+    comm->ofi->deadline_ns = 0;
+    if (comm->ofi->mr) smddp__mr_cache_release(comm->ofi->mr);
 }
 
 void smddp__ofi_mr_stats(smddp_comm_t comm, uint64_t *hits, uint64_t *misses, bool *registering)
@@ -478,7 +533,7 @@ void smddp__ofi_mr_stats(smddp_comm_t comm, uint64_t *hits, uint64_t *misses, bo
 
 #else /* !SMDDP_HAVE_OFI */
 
-void smddp__ofi_op_begin(smddp_comm_t comm) { (void)comm; }
+void smddp__ofi_op_begin(smddp_comm_t comm, const smddp__op_t *op) { (void)comm, (void)op; }
 void smddp__ofi_op_end(smddp_comm_t comm) { (void)comm; }
 void smddp__ofi_mr_stats(smddp_comm_t comm, uint64_t *hits, uint64_t *misses, bool *registering)
 {
@@ -529,6 +584,35 @@ smddp_status_t smddp__ofi_xfer_status(const smddp__op_t *op, const smddp__ofi_xf
     (void)op, (void)x;
     return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
 }
+/* Between retries of a post the endpoint refused: yields the core, then gives up at the deadline. */
+static smddp_status_t post_retry_check(smddp__ofi_t *o, int peer, int is_send, size_t len,
+                                       int64_t *start, int64_t *deadline)
+{
+    smddp_comm_t comm = o->comm;
+    int64_t now = smddp__now_ns();
+    if (!*start) {
+        *start = now;
+        if (!*deadline && comm->timeout_ms > 0) *deadline = now + comm->timeout_ms * 1000000;
+    }
+    if (now - *start > 1000 * 1000) {
+        struct timespec ts = {0, 50 * 1000};
+        nanosleep(&ts, NULL);
+    } else {
+        sched_yield();
+    }
+    if (smddp__comm_poll_remote_abort(comm, now, peer))
+        return smddp__error_quiet(SMDDP_ERR_ABORTED, "posting a %s of %zu bytes %s rank %d "
+                                  "failed: communicator aborted: %s", is_send ? "send" : "receive",
+                                  len, is_send ? "to" : "from", peer, comm->abort_msg);
+    if (*deadline && now >= *deadline)
+        return smddp__error_quiet(SMDDP_ERR_TIMEOUT, "libfabric (%s) did not accept a %s of %zu "
+                                  "bytes %s rank %d before the %.3f s timeout (no connection to "
+                                  "rank %d: has it joined, is it alive?)", o->provider,
+                                  is_send ? "send" : "receive", len, is_send ? "to" : "from",
+                                  peer, (double)comm->timeout_ms / 1000.0, peer);
+    return SMDDP_OK;
+}
+
 smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
                                   uint64_t tag, uint64_t ignore, void *buf, size_t len)
 {

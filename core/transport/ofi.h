@@ -33,9 +33,10 @@ void smddp__ofi_teardown_p2p(smddp_comm_t comm);
  * Collectives bracket their transfers with these, so that buffers they use
  * again (rings send from the same blocks every round) are registered once
  * per collective where the provider needs registration (FI_MR_LOCAL, or
- * SMDDP_OFI_MR=always).
+ * SMDDP_OFI_MR=always), and so that a post the provider keeps refusing
+ * (a connection to a dead peer) gives up at op's deadline.
  */
-void smddp__ofi_op_begin(smddp_comm_t comm);
+void smddp__ofi_op_begin(smddp_comm_t comm, const smddp__op_t *op);
 void smddp__ofi_op_end(smddp_comm_t comm);
 /* Registration counters of comm's collective endpoint (all 0 without registration). */
 void smddp__ofi_mr_stats(smddp_comm_t comm, uint64_t *hits, uint64_t *misses, bool *registering);

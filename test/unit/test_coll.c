@@ -852,6 +852,39 @@ static void mismatch_across_nodes_rank(smddp_comm_t comm, int rank, int size, vo
             "rank %d: allreduce of 1000 against 900 elements returned %d: %s", rank, st, msg);
 }
 
+/*
+ * Node 1 never joins a pipelined allreduce: node 0's ranks time out with
+ * ring transfers still posted, abandon them, and the communicator is then
+ * destroyed cleanly (the sanitizer build checks that nothing completes into
+ * freed memory), with registration forced so that pinned entries go too.
+ */
+static void abandoned_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg, (void)size;
+    enum { N = 1 << 20 };
+    float *buf = calloc(N, sizeof(float));
+    if (rank < 2) {
+        smddp_status_t st = smddp_allreduce(comm, buf, buf, N, SMDDP_FLOAT32, SMDDP_SUM, NULL,
+                                            NULL);
+        const char *msg = smddp_get_last_error(NULL);
+        H_CHECK(st == SMDDP_ERR_TIMEOUT || st == SMDDP_ERR_ABORTED,
+                "rank %d: an allreduce node 1 never joined returned %d: %s", rank, st, msg);
+        /* Later collectives fail at once instead of touching the abandoned endpoint. */
+        st = smddp_allreduce(comm, buf, buf, N, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL);
+        H_CHECK(st == SMDDP_ERR_ABORTED, "rank %d: the next allreduce returned %d", rank, st);
+    } else {
+        sleep(3);
+    }
+    free(buf);
+}
+
+static void test_nodes_abandoned(void **state)
+{
+    (void)state;
+    run_nodes_env(4, 2, abandoned_rank,
+                  "SMDDP_TIMEOUT=1 SMDDP_SHM_BUFFER_SIZE=256K SMDDP_OFI_MR=always");
+}
+
 static void test_nodes_mismatch(void **state)
 {
     (void)state;
@@ -949,6 +982,7 @@ int main(void)
         cmocka_unit_test(test_nodes_callbacks_2x1),
         cmocka_unit_test(test_nodes_p2p),
         cmocka_unit_test(test_nodes_mismatch),
+        cmocka_unit_test(test_nodes_abandoned),
     };
     /* TEST_FILTER=pattern runs only the matching tests (cmocka's wildcards). */
     if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));

@@ -214,6 +214,16 @@ static void test_mr_cache(void **state)
 
     smddp__mr_cache_free(c);
     assert_int_equal(f.live, 0);
+
+    /* Teardown with transfers that never completed: their registrations go too. */
+    assert_int_equal(smddp__mr_cache_new(1, fake_reg_fn, fake_dereg_fn, NULL, &f, "fake", &c),
+                     SMDDP_OK);
+    assert_int_equal(smddp__mr_cache_get(c, mem, 10, &a), SMDDP_OK);
+    assert_int_equal(smddp__mr_cache_get(c, mem + 4 * page, 10, &t), SMDDP_OK);
+    assert_int_equal(smddp__mr_cache_stats(c).uncached, 1);
+    assert_int_equal(f.live, 2);
+    smddp__mr_cache_free(c);
+    assert_int_equal(f.live, 0);
     free(mem);
 }
 
