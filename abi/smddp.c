@@ -164,6 +164,18 @@ smddp_status_t smddp_test(smddp_request_t req)
     return smddp__request_test(req);
 }
 
+smddp_status_t smddp_request_source(smddp_request_t req, int *rank)
+{
+    if (!req) return INVALID(NULL, "smddp_request_source: req is NULL");
+    if (!rank) return INVALID(req->comm, "smddp_request_source: rank is NULL");
+    if (req->kind != SMDDP_OP_RECV)
+        return INVALID(req->comm, "smddp_request_source: the request is a %s, not a recv",
+                       smddp__op_kind_name(req->kind));
+    if (!atomic_load(&req->done)) return SMDDP_IN_PROGRESS;
+    *rank = req->root;
+    return SMDDP_OK;
+}
+
 smddp_status_t smddp_wait(smddp_request_t req, int64_t timeout_ms)
 {
     if (!req) return INVALID(NULL, "smddp_wait: req is NULL");
@@ -510,7 +522,8 @@ static smddp_status_t p2p(const coll_check_t *c, smddp__op_kind_t kind, const vo
     SMDDP_CHECK(check_host_only(c, attr));
     SMDDP_CHECK(check_dtype(c, dtype));
     SMDDP_CHECK(check_count(c, "count", count, dtype, 1));
-    SMDDP_CHECK(check_rank(c, "peer", peer));
+    if (!(kind == SMDDP_OP_RECV && peer == SMDDP_ANY_SOURCE))
+        SMDDP_CHECK(check_rank(c, "peer", peer));
     if (peer == c->comm->rank)
         return INVALID(c->comm, "%s: peer %d is this rank; send/recv need another rank", c->fn,
                        peer);

@@ -36,6 +36,11 @@ void smddp__op_describe(const smddp__op_t *op, char *buf, size_t cap)
         break;
     case SMDDP_OP_SEND:
     case SMDDP_OP_RECV:
+        if (op->root < 0) {
+            snprintf(buf, cap, "%s (from any rank, tag %d, count %zu, %s)", name, op->tag,
+                     op->count, smddp_dtype_name(op->dtype));
+            break;
+        }
         snprintf(buf, cap, "%s (%s rank %d, message %" PRIu64 ", tag %d, count %zu, %s)", name,
                  op->kind == SMDDP_OP_SEND ? "to" : "from", op->root, op->seq, op->tag, op->count,
                  smddp_dtype_name(op->dtype));

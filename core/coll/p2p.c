@@ -15,6 +15,14 @@
  * as soon as it arrives, tagged (per-peer message number, user tag); a
  * receive matches the next message number whatever its tag and then checks
  * tag and size, so messages between two ranks match in order, as inside a node.
+ *
+ * A receive from any rank waits in its own FIFO until some rank's next
+ * message is there for it: a pair ring with bytes in it, or a message that
+ * a peek (FI_PEEK, tagged with the pair's next message number) finds on the
+ * network, from a rank no directed receive is waiting for. It is then bound
+ * to that rank, takes the pair's next message number, and goes on as a
+ * directed receive. Receives from any rank are matched in posting order; a
+ * directed receive waiting for a rank keeps that rank's messages for itself.
  */
 #include <inttypes.h>
 #include <sched.h>
@@ -73,7 +81,17 @@ struct smddp__p2p {
     smddp__op_t **waiting, **waiting_tail;
     int *posted;
     int active;
+    smddp__op_t *anyq;  /* receives from any rank, not yet matched */
+    int any_next;       /* the rank the next search for a sender starts at */
+    struct peek *peeks; /* per comm rank, for receives from any rank */
 };
+
+/* A peek for the next message from one rank on another node. */
+typedef struct peek {
+    smddp__ofi_xfer_t x;
+    uint64_t seq; /* the message number looked for */
+    bool busy;    /* posted, not yet done */
+} peek_t;
 
 static void complete_remote(smddp_comm_t comm, remote_t *r, smddp_status_t st)
 {
@@ -300,6 +318,95 @@ static bool progress_recv(smddp_comm_t comm, int lr)
     return moved > 0;
 }
 
+/* Hands the oldest receive from any rank to src as its next directed receive. */
+static void bind_any(smddp_comm_t comm, int src, uint64_t seq)
+{
+    smddp__p2p_t *p = comm->p2p;
+    smddp__op_t *op = p->anyq;
+    p->anyq = op->next;
+    op->root = src;
+    op->seq = seq;
+    int lr = smddp__local_index(comm, src);
+    if (lr >= 0) {
+        fifo_push(&p->recvq[lr], op);
+    } else {
+        p->active--; /* queue_remote counts it again */
+        queue_remote(comm, op);
+    }
+}
+
+/*
+ * Whether rank q (on another node) has a message for the oldest receive from
+ * any rank, peeking for it if need be; if so binds the receive to it, with
+ * comm->lock held so that no directed receive takes the message number.
+ */
+static bool match_remote(smddp_comm_t comm, int q, smddp_status_t *err)
+{
+    smddp__p2p_t *p = comm->p2p;
+    peek_t *pk = &p->peeks[q];
+    int rq = 2 * q + 1; /* q's receive queue */
+    if (pk->busy) {
+        if (!pk->x.done) return false;
+        pk->busy = false;
+        if (pk->x.nomsg || pk->x.status < 0) return false;
+        bool bound = false;
+        pthread_mutex_lock(&comm->lock);
+        if (comm->p2p_recv_seq[q] == pk->seq && !p->waiting[rq] && !p->posted[rq]) {
+            comm->p2p_recv_seq[q]++;
+            bind_any(comm, q, pk->seq);
+            bound = true;
+        }
+        pthread_mutex_unlock(&comm->lock);
+        return bound;
+    }
+    if (p->waiting[rq] || p->posted[rq]) return false; /* q's next message is taken */
+    pthread_mutex_lock(&comm->lock);
+    pk->seq = comm->p2p_recv_seq[q];
+    pthread_mutex_unlock(&comm->lock);
+    smddp_status_t st = smddp__ofi_peek_on(comm->ofi_p2p, &pk->x, q, pk->seq << 32, 0xffffffffu);
+    if (st < 0) {
+        *err = st;
+        return false;
+    }
+    pk->busy = true;
+    return false;
+}
+
+/* Binds receives from any rank to ranks whose next message has come; true if any was. */
+static bool progress_any(smddp_comm_t comm, smddp_status_t *err)
+{
+    smddp__p2p_t *p = comm->p2p;
+    bool any = false;
+    if (p->peeks && comm->ofi_p2p) {
+        smddp_status_t st = smddp__ofi_progress(comm->ofi_p2p);
+        if (st < 0) {
+            *err = st;
+            return false;
+        }
+    }
+    while (p->anyq) {
+        int src = -1;
+        for (int i = 0; i < comm->size && src < 0; i++) {
+            int q = (p->any_next + i) % comm->size;
+            if (q == comm->rank) continue;
+            int lr = smddp__local_index(comm, q);
+            if (lr >= 0) {
+                if (!p->recvq[lr] && smddp__shm_ring_avail(comm, lr) > 0) {
+                    bind_any(comm, q, 0);
+                    src = q;
+                }
+            } else if (p->peeks && match_remote(comm, q, err)) {
+                src = q;
+            }
+            if (*err < 0) return any;
+        }
+        if (src < 0) break;
+        p->any_next = (src + 1) % comm->size; /* the next search starts past it: no starving */
+        any = true;
+    }
+    return any;
+}
+
 /* Fails every queued op with the current error message. */
 static void fail_all(smddp_comm_t comm, smddp_status_t st)
 {
@@ -315,6 +422,14 @@ static void fail_all(smddp_comm_t comm, smddp_status_t st)
             smddp__error_quiet(st, "%s", msg);
             finish(comm, &p->recvq[lr], &p->recvs[lr], st);
         }
+    }
+    while (p->anyq) {
+        smddp__op_t *op = p->anyq;
+        p->anyq = op->next;
+        p->active--;
+        smddp__error_quiet(st, "%s", msg);
+        smddp__op_complete(op, st);
+        smddp__request_unref(op);
     }
     for (int q = 0; q < 2 * comm->size; q++) {
         while (p->waiting[q]) {
@@ -370,6 +485,17 @@ static smddp_status_t check_health(smddp_comm_t comm)
                                           dir ? "send it" : "receive it");
         }
     }
+    for (smddp__op_t *op = p->anyq; op; op = op->next) {
+        char desc[256];
+        smddp__op_describe(op, desc, sizeof(desc));
+        if (atomic_load(&comm->aborted) || who >= 0)
+            return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
+                                      desc, atomic_load(&comm->aborted) ? comm->abort_msg : amsg);
+        if (now >= op->deadline_ns)
+            return smddp__error_quiet(SMDDP_ERR_TIMEOUT, "%s timed out after %.3f s: no rank "
+                                      "sent it a message", desc,
+                                      (double)comm->timeout_ms / 1000.0);
+    }
     for (remote_t *r = p->remote; r; r = r->next) {
         smddp__op_t *op = r->op;
         if (!op) continue;
@@ -398,6 +524,20 @@ static void *p2p_main(void *arg)
         while (p->incoming) {
             smddp__op_t *op = p->incoming;
             p->incoming = op->next;
+            if (op->root < 0) { /* a receive from any rank */
+                if (!p->peeks && comm->ofi_p2p && comm->node_count > 1) {
+                    p->peeks = calloc((size_t)comm->size, sizeof(*p->peeks));
+                    if (!p->peeks) {
+                        smddp__op_complete(op, smddp__error(SMDDP_ERR_NO_MEMORY, "cannot "
+                                                            "allocate a receive from any rank"));
+                        smddp__request_unref(op);
+                        continue;
+                    }
+                }
+                fifo_push(&p->anyq, op);
+                p->active++;
+                continue;
+            }
             int lr = smddp__local_index(comm, op->root);
             if (lr < 0) {
                 queue_remote(comm, op);
@@ -428,8 +568,15 @@ static void *p2p_main(void *arg)
                 if (p->recvq[lr] == head) break;
             }
         }
+        smddp_status_t any_err = SMDDP_OK;
+        if (p->anyq) moved |= progress_any(comm, &any_err);
         if (p->remote) moved |= progress_remote(comm);
         int64_t now = smddp__now_ns();
+        if (any_err < 0) {
+            SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
+            smddp__comm_abort(comm, any_err, smddp__last_error());
+            fail_all(comm, any_err);
+        }
         if (now - last_check > CHECK_EVERY_NS) {
             last_check = now;
             smddp_status_t st = check_health(comm);
@@ -457,6 +604,7 @@ static void *p2p_main(void *arg)
 static void p2p_free(smddp__p2p_t *p)
 {
     if (!p) return;
+    free(p->peeks);
     free(p->sendq);
     free(p->recvq);
     free(p->sends);
@@ -529,8 +677,10 @@ void smddp__p2p_stop(smddp_comm_t comm)
     pthread_cond_signal(&p->cond);
     pthread_mutex_unlock(&p->lock);
     pthread_join(p->thread, NULL);
-    /* Transfers still posted (cancelled receives) go with the endpoint. */
-    if (p->remote) smddp__ofi_teardown_p2p(comm);
+    /* Transfers still posted (cancelled receives, peeks) go with the endpoint. */
+    bool peeking = false;
+    for (int q = 0; p->peeks && q < comm->size; q++) peeking |= p->peeks[q].busy;
+    if (p->remote || peeking) smddp__ofi_teardown_p2p(comm);
     while (p->remote) {
         remote_t *r = p->remote;
         p->remote = r->next;

@@ -320,6 +320,13 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
         snprintf(detail, sizeof(detail), " (%s)",
                  fi_cq_strerror(o->cq, err.prov_errno, err.err_data, NULL, 0));
     if (x) {
+        if (err.err == FI_ENOMSG && x->peek) {
+            /* A peek that found nothing: not a failure. */
+            x->status = SMDDP_OK;
+            x->nomsg = 1;
+            x->done = 1;
+            return SMDDP_OK;
+        }
         if (err.err == FI_ETRUNC)
             snprintf(x->err, sizeof(x->err), "the message from rank %d is larger than the %zu "
                      "bytes expected (it was cut off)", x->peer, x->len);
@@ -410,6 +417,35 @@ smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_
             return st;
         }
     }
+}
+
+smddp_status_t smddp__ofi_peek_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int peer, uint64_t tag,
+                                  uint64_t ignore)
+{
+    memset(x, 0, sizeof(*x));
+    x->peer = peer;
+    x->peek = 1;
+    if (o->abandoned)
+        return smddp__error(SMDDP_ERR_ABORTED, "the network endpoint was abandoned by a failed "
+                            "collective");
+    struct fi_msg_tagged msg = {
+        .msg_iov = NULL,
+        .desc = NULL,
+        .iov_count = 0,
+        .addr = o->addrs[peer],
+        .tag = tag,
+        .ignore = ignore,
+        .context = x,
+    };
+    ssize_t rc;
+    do {
+        rc = fi_trecvmsg(o->ep, &msg, FI_PEEK | FI_COMPLETION);
+        if (rc == -FI_EAGAIN) SMDDP_CHECK(smddp__ofi_progress(o));
+    } while (rc == -FI_EAGAIN);
+    if (rc != 0)
+        return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: looking for a message from rank %d "
+                            "failed: %s", peer, fi_strerror((int)-rc));
+    return SMDDP_OK;
 }
 
 void smddp__ofi_cancel(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
@@ -584,35 +620,6 @@ smddp_status_t smddp__ofi_xfer_status(const smddp__op_t *op, const smddp__ofi_xf
     (void)op, (void)x;
     return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
 }
-/* Between retries of a post the endpoint refused: yields the core, then gives up at the deadline. */
-static smddp_status_t post_retry_check(smddp__ofi_t *o, int peer, int is_send, size_t len,
-                                       int64_t *start, int64_t *deadline)
-{
-    smddp_comm_t comm = o->comm;
-    int64_t now = smddp__now_ns();
-    if (!*start) {
-        *start = now;
-        if (!*deadline && comm->timeout_ms > 0) *deadline = now + comm->timeout_ms * 1000000;
-    }
-    if (now - *start > 1000 * 1000) {
-        struct timespec ts = {0, 50 * 1000};
-        nanosleep(&ts, NULL);
-    } else {
-        sched_yield();
-    }
-    if (smddp__comm_poll_remote_abort(comm, now, peer))
-        return smddp__error_quiet(SMDDP_ERR_ABORTED, "posting a %s of %zu bytes %s rank %d "
-                                  "failed: communicator aborted: %s", is_send ? "send" : "receive",
-                                  len, is_send ? "to" : "from", peer, comm->abort_msg);
-    if (*deadline && now >= *deadline)
-        return smddp__error_quiet(SMDDP_ERR_TIMEOUT, "libfabric (%s) did not accept a %s of %zu "
-                                  "bytes %s rank %d before the %.3f s timeout (no connection to "
-                                  "rank %d: has it joined, is it alive?)", o->provider,
-                                  is_send ? "send" : "receive", len, is_send ? "to" : "from",
-                                  peer, (double)comm->timeout_ms / 1000.0, peer);
-    return SMDDP_OK;
-}
-
 smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
                                   uint64_t tag, uint64_t ignore, void *buf, size_t len)
 {
@@ -624,6 +631,13 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
     (void)o;
     return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
 }
+smddp_status_t smddp__ofi_peek_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int peer, uint64_t tag,
+                                  uint64_t ignore)
+{
+    (void)o, (void)x, (void)peer, (void)tag, (void)ignore;
+    return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
+}
+
 void smddp__ofi_cancel(smddp__ofi_t *o, smddp__ofi_xfer_t *x) { (void)o, (void)x; }
 void smddp__ofi_abandon(smddp__ofi_t *o, smddp__ofi_xfer_t *x) { (void)o, (void)x; }
 

@@ -53,6 +53,8 @@ typedef struct smddp__ofi_xfer {
     uint64_t tag;          /* completed receive: the sender's tag */
     size_t received;       /* completed receive: bytes that arrived */
     int done;
+    int peek;              /* a peek (smddp__ofi_peek_on) ... */
+    int nomsg;             /* ... that found no message */
     smddp_status_t status;
     char err[256];         /* why it failed */
     struct smddp__mr_entry *mr; /* its registration, pinned until done (FI_MR_LOCAL) */
@@ -95,6 +97,14 @@ smddp_status_t smddp__ofi_xfer_status(const smddp__op_t *op, const smddp__ofi_xf
  */
 smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
                                   uint64_t tag, uint64_t ignore, void *buf, size_t len);
+/*
+ * Asks o whether a message from rank peer whose tag matches (tag, ignore)
+ * has arrived, without receiving it (FI_PEEK). x reports done with
+ * x->nomsg set when none has, else with x->tag and x->received of the
+ * message, which a receive posted next is certain to match.
+ */
+smddp_status_t smddp__ofi_peek_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int peer, uint64_t tag,
+                                  uint64_t ignore);
 /* Reads o's completion queue once, marking finished transfers done. */
 smddp_status_t smddp__ofi_progress(smddp__ofi_t *o);
 /*

@@ -168,6 +168,17 @@ std::vector<at::Tensor> WorkSMDDP::result() {
   return outputs_;
 }
 
+int WorkSMDDP::sourceRank() const {
+  int rank = -1;
+  TORCH_CHECK(opType_ == c10d::OpType::RECV && requests_.size() == 1,
+              "smddp: sourceRank() is only defined for a recv");
+  smddp_status_t st = smddp_request_source(requests_[0], &rank);
+  TORCH_CHECK(st == SMDDP_OK, "smddp: sourceRank() of a recv that has not completed (wait() on "
+              "it first)");
+  TORCH_CHECK(rank >= 0, "smddp: the recv failed before any rank's message was matched");
+  return rank;
+}
+
 uint64_t WorkSMDDP::getSequencenumber() const {
   return seq_;
 }

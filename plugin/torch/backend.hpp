@@ -48,6 +48,8 @@ class WorkSMDDP : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override;
   uint64_t getSequencenumber() const override;
+  // The sender of a completed recv (for recvAnysource, the rank it matched).
+  int sourceRank() const override;
 
  private:
   friend class ProcessGroupSMDDP;
@@ -147,6 +149,8 @@ class ProcessGroupSMDDP : public c10d::Backend {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
                                       int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   void setSequenceNumberForGroup() override {}
@@ -158,6 +162,7 @@ class ProcessGroupSMDDP : public c10d::Backend {
   void shutdown() override;
 
  private:
+  c10::intrusive_ptr<c10d::Work> recv_from(std::vector<at::Tensor>& tensors, int srcRank, int tag);
   c10::intrusive_ptr<WorkSMDDP> new_work(c10d::OpType type, std::vector<at::Tensor> outputs);
   // Issues one request of work: call(attr, req) is the libsmddp call, given
   // attr with the work's completion callback added. A failed call throws a

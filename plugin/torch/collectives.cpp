@@ -430,6 +430,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::send(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::recv(std::vector<at::Tensor>& tensors,
                                                        int srcRank, int tag) {
+  TORCH_CHECK(srcRank >= 0, "smddp recv: source rank ", srcRank,
+              " is negative; use recvAnysource (dist.recv without src) to receive from any rank");
+  return recv_from(tensors, srcRank, tag);
+}
+
+// dist.recv / dist.irecv without src; the Work's sourceRank() then names the sender.
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                                int tag) {
+  return recv_from(tensors, SMDDP_ANY_SOURCE, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::recv_from(std::vector<at::Tensor>& tensors,
+                                                            int srcRank, int tag) {
   TORCH_CHECK(tensors.size() == 1, "smddp recv takes one tensor per call");
   const at::Tensor& t = tensors[0];
   check_tensor(t, "recv");

@@ -65,6 +65,20 @@ def main() -> int:
             r.wait()
         same(f"send/recv n={n}", got, torch.arange(n, dtype=torch.float32) + 1000 * ((rank - 1) % world))
 
+    # recv without src: rank 0 takes every other rank's message, from its node and the others.
+    if rank == 0:
+        heard = []
+        for _ in range(world - 1):
+            got = torch.empty(300001)
+            src = dist.recv(got)
+            heard.append(src)
+            same(f"recv from any rank (rank {src})", got,
+                 torch.arange(300001, dtype=torch.float32) + 1000 * src)
+        if sorted(heard) != list(range(1, world)):
+            bad.append(f"recv from any rank heard from {heard}")
+    else:
+        dist.send(torch.arange(300001, dtype=torch.float32) + 1000 * rank, dst=0)
+
     def model():
         torch.manual_seed(0)
         return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 8))

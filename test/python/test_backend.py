@@ -377,6 +377,26 @@ def _check_p2p_and_barrier(rank, world, gloo):
             if rank == 1:
                 dist.send(torch.full((3,), 7.0), dst=0)
         _compare(failures, "allreduce behind a pending recv", y, torch.full((2,), float(world)))
+    # recv without src (recvAnysource): rank 0 hears from every other rank, in any order.
+    if rank == 0:
+        senders = []
+        for _ in range(world - 1):
+            t = torch.zeros(5, dtype=torch.int64)
+            src = dist.recv(t)
+            senders.append(src)
+            _compare(failures, f"recv from any rank: message of rank {src}", t,
+                     torch.full((5,), 100 + src, dtype=torch.int64))
+        if sorted(senders) != list(range(1, world)):
+            failures.append(f"recv from any rank: senders {senders}, expected 1..{world - 1}")
+        t = torch.zeros(2)
+        work = dist.irecv(t)  # no src: the Work names the sender after wait()
+        work.wait()
+        if work._source_rank() != world - 1 or not torch.equal(t, torch.full((2,), 9.0)):
+            failures.append(f"irecv from any rank: rank {work._source_rank()}, data {t}")
+    else:
+        dist.send(torch.full((5,), 100 + rank, dtype=torch.int64), dst=0)
+        if rank == world - 1:
+            dist.send(torch.full((2,), 9.0), dst=0)
     for _ in range(3):
         dist.barrier()
     work = dist.barrier(async_op=True)

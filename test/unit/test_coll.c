@@ -444,6 +444,111 @@ static void p2p_rank(smddp_comm_t comm, int rank, int size, void *arg)
 static void test_p2p_2(void **state) { (void)state; run(2, p2p_rank, NULL); }
 static void test_p2p_3(void **state) { (void)state; run(3, p2p_rank, NULL); }
 
+/*
+ * Receives from any rank: every other rank sends rank 0 three messages (of 1,
+ * then of 300000 elements: large ones take the provider's rendezvous across
+ * nodes); rank 0 takes them all with receives from SMDDP_ANY_SOURCE posted at
+ * once, and checks that each rank's messages came whole and in order. Then a
+ * directed receive posted first keeps rank 1's first message for itself.
+ */
+static void any_source_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    enum { M = 3 };
+    const int64_t counts[] = {1, 300000};
+    for (int c = 0; c < 2; c++) {
+        int64_t n = counts[c];
+        if (rank != 0) {
+            for (int k = 0; k < M; k++) {
+                int32_t *out = malloc((size_t)n * 4);
+                for (int64_t i = 0; i < n; i++) out[i] = rank * 1000 + k * 100 + (int32_t)(i % 97);
+                H_OK(smddp_send(comm, out, n, SMDDP_INT32, 0, 5, NULL, NULL));
+                free(out);
+            }
+        } else {
+            int total = (size - 1) * M;
+            int32_t **in = calloc((size_t)total, sizeof(*in));
+            smddp_request_t *req = calloc((size_t)total, sizeof(*req));
+            int next_k[64] = {0};
+            for (int j = 0; j < total; j++) {
+                in[j] = malloc((size_t)n * 4);
+                H_OK(smddp_recv(comm, in[j], n, SMDDP_INT32, SMDDP_ANY_SOURCE, 5, NULL, &req[j]));
+            }
+            for (int j = 0; j < total; j++) {
+                int src = -2;
+                H_OK(smddp_wait(req[j], SMDDP_WAIT_DEFAULT));
+                H_OK(smddp_request_source(req[j], &src));
+                H_CHECK(src > 0 && src < size, "count %lld: receive %d matched rank %d",
+                        (long long)n, j, src);
+                int k = next_k[src]++;
+                for (int64_t i = 0; i < n; i++)
+                    H_CHECK(in[j][i] == src * 1000 + k * 100 + (int32_t)(i % 97),
+                            "count %lld: receive %d from rank %d (its message %d): element %lld "
+                            "is %d", (long long)n, j, src, k, (long long)i, in[j][i]);
+                smddp_request_free(req[j]);
+                free(in[j]);
+            }
+            for (int r = 1; r < size; r++)
+                H_CHECK(next_k[r] == M, "count %lld: rank %d: %d messages received, %d sent",
+                        (long long)n, r, next_k[r], M);
+            free(in);
+            free(req);
+        }
+        H_OK(smddp_barrier(comm, NULL, NULL));
+    }
+    if (rank == 1) {
+        for (int v = 10; v < 12; v++) H_OK(smddp_send(comm, &v, 1, SMDDP_INT32, 0, 6, NULL, NULL));
+    } else if (rank == 0) {
+        int d = -1, a = -1, src = -2;
+        smddp_request_t rd, ra;
+        H_OK(smddp_recv(comm, &d, 1, SMDDP_INT32, 1, 6, NULL, &rd));
+        H_OK(smddp_recv(comm, &a, 1, SMDDP_INT32, SMDDP_ANY_SOURCE, 6, NULL, &ra));
+        H_OK(smddp_wait(ra, SMDDP_WAIT_DEFAULT));
+        H_OK(smddp_wait(rd, SMDDP_WAIT_DEFAULT));
+        H_OK(smddp_request_source(ra, &src));
+        H_CHECK(d == 10 && a == 11 && src == 1,
+                "directed receive got %d, the one from any rank %d from rank %d", d, a, src);
+        H_CHECK(smddp_request_source(rd, &src) == SMDDP_OK && src == 1, "source of a directed "
+                "receive: %d", src);
+        smddp_request_free(rd);
+        smddp_request_free(ra);
+        /* A send has no source; a send to SMDDP_ANY_SOURCE is refused. */
+        smddp_request_t rs;
+        H_OK(smddp_send(comm, &d, 1, SMDDP_INT32, 1, 7, NULL, &rs));
+        H_CHECK(smddp_request_source(rs, &src) == SMDDP_ERR_INVALID_ARGUMENT,
+                "smddp_request_source accepted a send");
+        H_OK(smddp_wait(rs, SMDDP_WAIT_DEFAULT));
+        smddp_request_free(rs);
+        H_CHECK(smddp_send(comm, &d, 1, SMDDP_INT32, SMDDP_ANY_SOURCE, 7, NULL, NULL) ==
+                    SMDDP_ERR_INVALID_ARGUMENT, "a send to SMDDP_ANY_SOURCE was accepted");
+    }
+    if (rank == 1) {
+        int v = 0;
+        H_OK(smddp_recv(comm, &v, 1, SMDDP_INT32, 0, 7, NULL, NULL));
+    }
+    H_OK(smddp_barrier(comm, NULL, NULL));
+}
+
+/* Nobody sends: the receive from any rank times out and says so. */
+static void any_source_timeout_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg, (void)size;
+    if (rank != 0) return;
+    int v;
+    smddp_status_t st = smddp_recv(comm, &v, 1, SMDDP_INT32, SMDDP_ANY_SOURCE, 0, NULL, NULL);
+    const char *msg = smddp_get_last_error(comm);
+    H_CHECK(st == SMDDP_ERR_TIMEOUT && strstr(msg, "from any rank") &&
+                strstr(msg, "no rank sent it a message"),
+            "a receive nobody sends to returned %d: %s", st, msg);
+}
+
+static void test_p2p_any_source_3(void **state) { (void)state; run(3, any_source_rank, NULL); }
+static void test_p2p_any_source_timeout(void **state)
+{
+    (void)state;
+    run(2, any_source_timeout_rank, "SMDDP_TIMEOUT=1");
+}
+
 /* ---- split, many outstanding requests, threads ---------------------------- */
 
 static void split_rank(smddp_comm_t comm, int rank, int size, void *arg)
@@ -891,6 +996,14 @@ static void test_nodes_mismatch(void **state)
     run_nodes_env(2, 1, mismatch_across_nodes_rank, "SMDDP_TIMEOUT=20");
 }
 
+/* Senders on this node and on others, small and rendezvous-sized. */
+static void test_nodes_any_source(void **state)
+{
+    (void)state;
+    run_nodes(4, 2, any_source_rank);
+    run_nodes_env(3, 1, any_source_rank, "SMDDP_OFI_MR=always");
+}
+
 static void test_nodes_p2p(void **state)
 {
     (void)state;
@@ -958,6 +1071,8 @@ int main(void)
         cmocka_unit_test(test_alltoallv_4),
         cmocka_unit_test(test_p2p_2),
         cmocka_unit_test(test_p2p_3),
+        cmocka_unit_test(test_p2p_any_source_3),
+        cmocka_unit_test(test_p2p_any_source_timeout),
         cmocka_unit_test(test_split_3),
         cmocka_unit_test(test_split_4),
         cmocka_unit_test(test_outstanding_3),
@@ -981,6 +1096,7 @@ int main(void)
         cmocka_unit_test(test_nodes_split_2x2),
         cmocka_unit_test(test_nodes_callbacks_2x1),
         cmocka_unit_test(test_nodes_p2p),
+        cmocka_unit_test(test_nodes_any_source),
         cmocka_unit_test(test_nodes_mismatch),
         cmocka_unit_test(test_nodes_abandoned),
     };

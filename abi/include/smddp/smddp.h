@@ -334,6 +334,15 @@ SMDDP_API smddp_status_t smddp_wait(smddp_request_t req, int64_t timeout_ms);
  * its resources are freed when it completes. req may be NULL (no-op).
  */
 SMDDP_API void smddp_request_free(smddp_request_t req);
+
+/**
+ * The rank a completed receive got its message from: for a receive from
+ * SMDDP_ANY_SOURCE, the rank it was matched with (SMDDP_ANY_SOURCE if it
+ * failed before it was matched). Fails with
+ * SMDDP_ERR_INVALID_ARGUMENT for a request that is not a receive, and
+ * returns SMDDP_IN_PROGRESS (leaving *rank alone) while it has not completed.
+ */
+SMDDP_API smddp_status_t smddp_request_source(smddp_request_t req, int *rank);
 /**@}*/
 
 /* ------------------------------------------------------------------------ */
@@ -443,7 +452,16 @@ SMDDP_API smddp_status_t smddp_send(smddp_comm_t comm, const void *buf, int64_t 
                                     smddp_dtype_t dtype, int peer, int tag,
                                     const smddp_coll_attr_t *attr, smddp_request_t *req);
 
-/** Receives count elements from rank peer with a tag >= 0; see smddp_send(). */
+/** smddp_recv()'s peer for a receive that takes the next message of any rank. */
+#define SMDDP_ANY_SOURCE (-1)
+
+/**
+ * Receives count elements from rank peer with a tag >= 0; see smddp_send().
+ * With peer SMDDP_ANY_SOURCE it takes the next message of whichever rank
+ * sends first (smddp_request_source() tells which), except a rank whose
+ * messages a directed receive is already waiting for; such receives are
+ * matched in the order they were posted.
+ */
 SMDDP_API smddp_status_t smddp_recv(smddp_comm_t comm, void *buf, int64_t count,
                                     smddp_dtype_t dtype, int peer, int tag,
                                     const smddp_coll_attr_t *attr, smddp_request_t *req);
