@@ -8,8 +8,12 @@
  * inside a node, the network between nodes) from the same blocks; which one
  * runs is decided here (smddp__net_execute, SMDDP_NET_ALGO).
  *
- * Every transfer's tag is (collective sequence number, step), and receives
- * name their peer, so messages of different collectives or steps never mix.
+ * Every transfer's tag is (collective sequence number, what the collective
+ * is, step), and receives name their peer, so messages of different
+ * collectives or steps never mix. Receives ignore the middle field and then
+ * compare it: a peer that issued another collective at the same point (other
+ * operation, dtype, reduction or root) is reported instead of being reduced
+ * into the result. Counts that differ show up as blocks of the wrong size.
  * Each piece of a ring reduction is reduced by one chain of ranks and then
  * copied everywhere, so every rank gets bit-identical results. fp16 and bf16
  * travel and accumulate as fp32 and are rounded once at the end, as inside a
@@ -25,9 +29,45 @@
 /* Pipeline unit of the broadcast chain. */
 #define CHAIN_CHUNK (1u << 20)
 
+#define TAG_STEP_BITS 20
+#define TAG_WHAT_BITS 12
+#define TAG_WHAT_MASK (((1ull << TAG_WHAT_BITS) - 1) << TAG_STEP_BITS)
+
+/* 12 bits of what op is, the same on every rank that issued the same collective. */
+static uint64_t what_of(const smddp__op_t *op)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    const int fields[] = {(int)op->kind, (int)op->dtype, (int)op->spec.op, op->root};
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        h ^= (uint32_t)fields[i];
+        h *= 16777619u;
+    }
+    return (h ^ (h >> TAG_WHAT_BITS) ^ (h >> 2 * TAG_WHAT_BITS)) & ((1u << TAG_WHAT_BITS) - 1);
+}
+
 static uint64_t tag_of(const smddp__op_t *op, uint32_t step)
 {
-    return (op->seq << 20) | (step & 0xfffff);
+    return (op->seq << (TAG_STEP_BITS + TAG_WHAT_BITS)) | what_of(op) << TAG_STEP_BITS |
+           (step & ((1u << TAG_STEP_BITS) - 1));
+}
+
+/* Posts a receive of step's message from rank from, whatever collective the sender issued. */
+static smddp_status_t post_recv(smddp_comm_t comm, const smddp__op_t *op, smddp__ofi_xfer_t *x,
+                                int from, uint32_t step, void *buf, size_t len)
+{
+    return smddp__ofi_post_on(comm->ofi, x, 0, from, tag_of(op, step), TAG_WHAT_MASK, buf, len);
+}
+
+/* A received message must come from the same collective as op. */
+static smddp_status_t check_what(const smddp__op_t *op, int from, uint64_t tag)
+{
+    if (!((tag ^ tag_of(op, 0)) & TAG_WHAT_MASK)) return SMDDP_OK;
+    char desc[256];
+    smddp__op_describe(op, desc, sizeof(desc));
+    return smddp__error_quiet(SMDDP_ERR_MISMATCH,
+                              "%s: rank %d issued a different collective at this point (another "
+                              "operation, dtype, reduction or root): every rank must issue the "
+                              "same collectives in the same order", desc, from);
 }
 
 /* Only a peer running another collective (count, dtype, root) sends a block of another size. */
@@ -56,7 +96,7 @@ smddp_status_t smddp__net_exchange(smddp_comm_t comm, const smddp__op_t *op, uin
     uint64_t tag = tag_of(op, step);
     rx.done = tx.done = 1;
     smddp_status_t st = SMDDP_OK;
-    if (from >= 0) st = smddp__ofi_post(comm, &rx, 0, from, tag, rbuf, rlen);
+    if (from >= 0) st = post_recv(comm, op, &rx, from, step, rbuf, rlen);
     if (st == SMDDP_OK && to >= 0) st = smddp__ofi_post(comm, &tx, 1, to, tag, (void *)sbuf, slen);
     if (st == SMDDP_OK && to >= 0) st = smddp__ofi_wait(comm, op, &tx);
     if (st == SMDDP_OK && from >= 0) st = smddp__ofi_wait(comm, op, &rx);
@@ -66,6 +106,7 @@ smddp_status_t smddp__net_exchange(smddp_comm_t comm, const smddp__op_t *op, uin
         smddp__ofi_abandon(comm->ofi, &tx);
         return st;
     }
+    if (from >= 0) SMDDP_CHECK(check_what(op, from, rx.tag));
     if (from >= 0) SMDDP_CHECK(check_block(op, from, rx.received, rlen));
     if (to >= 0) count_sent(comm, to, slen);
     return SMDDP_OK;
@@ -204,6 +245,7 @@ smddp_status_t smddp__ring_task_advance(smddp__ring_task_t *t)
             t->posted = false;
             SMDDP_CHECK(smddp__ofi_xfer_status(t->op, &t->tx));
             SMDDP_CHECK(smddp__ofi_xfer_status(t->op, &t->rx));
+            SMDDP_CHECK(check_what(t->op, prev, t->rx.tag));
             SMDDP_CHECK(check_block(t->op, prev, t->rx.received, t->len[rb] * es));
             count_sent(comm, next, t->len[sb] * es);
             if (rs) {
@@ -229,7 +271,8 @@ smddp_status_t smddp__ring_task_advance(smddp__ring_task_t *t)
         }
         uint64_t tag = tag_of(t->op, t->step0 + (uint32_t)t->s);
         char *into = rs ? t->tmp : t->buf + t->off[rb] * es;
-        SMDDP_CHECK(smddp__ofi_post(comm, &t->rx, 0, prev, tag, into, t->len[rb] * es));
+        SMDDP_CHECK(post_recv(comm, t->op, &t->rx, prev, t->step0 + (uint32_t)t->s, into,
+                              t->len[rb] * es));
         t->posted = true; /* from here on rx may complete: cancel must see it */
         smddp_status_t st =
             smddp__ofi_post(comm, &t->tx, 1, next, tag, t->buf + t->off[sb] * es, t->len[sb] * es);

@@ -958,6 +958,31 @@ static void mismatch_across_nodes_rank(smddp_comm_t comm, int rank, int size, vo
 }
 
 /*
+ * Rank 1 (on the other node) issues another collective of the same size:
+ * arg 0: a max where rank 0 sums; 1: int32 against float32. No result is
+ * produced from the mixed messages: both ranks fail, saying a different
+ * collective was issued. (Collectives of different kinds usually exchange
+ * different steps, whose messages never match: those end in the timeout.)
+ */
+static void what_mismatch_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size;
+    int variant = *(int *)arg;
+    static float buf[1 << 16];
+    smddp_status_t st;
+    if (variant == 0)
+        st = smddp_allreduce(comm, buf, buf, 1 << 16, SMDDP_FLOAT32, rank ? SMDDP_MAX : SMDDP_SUM,
+                             NULL, NULL);
+    else
+        st = smddp_allreduce(comm, buf, buf, 1 << 16, rank ? SMDDP_INT32 : SMDDP_FLOAT32,
+                             SMDDP_SUM, NULL, NULL);
+    const char *msg = smddp_get_last_error(NULL);
+    H_CHECK(st < 0, "rank %d: variant %d: mismatched collectives returned %d", rank, variant, st);
+    H_CHECK(strstr(msg, "issued a different collective") != NULL,
+            "rank %d: variant %d: %s", rank, variant, msg);
+}
+
+/*
  * Node 1 never joins a pipelined allreduce: node 0's ranks time out with
  * ring transfers still posted, abandon them, and the communicator is then
  * destroyed cleanly (the sanitizer build checks that nothing completes into
@@ -1002,6 +1027,17 @@ static void test_nodes_any_source(void **state)
     (void)state;
     run_nodes(4, 2, any_source_rank);
     run_nodes_env(3, 1, any_source_rank, "SMDDP_OFI_MR=always");
+}
+
+static void test_nodes_what_mismatch(void **state)
+{
+    (void)state;
+    for (int variant = 0; variant < 2; variant++) {
+        harness_opts_t opts = {.timeout_s = 120, .ranks_per_node = 1, .env = "SMDDP_TIMEOUT=20"};
+        int shm_before = harness_shm_count();
+        assert_int_equal(harness_run(2, what_mismatch_rank, &variant, &opts), 0);
+        assert_int_equal(harness_shm_count(), shm_before);
+    }
 }
 
 static void test_nodes_p2p(void **state)
@@ -1097,6 +1133,7 @@ int main(void)
         cmocka_unit_test(test_nodes_callbacks_2x1),
         cmocka_unit_test(test_nodes_p2p),
         cmocka_unit_test(test_nodes_any_source),
+        cmocka_unit_test(test_nodes_what_mismatch),
         cmocka_unit_test(test_nodes_mismatch),
         cmocka_unit_test(test_nodes_abandoned),
     };
