@@ -392,7 +392,11 @@ static bool progress_any(smddp_comm_t comm, smddp_status_t *err)
             int lr = smddp__local_index(comm, q);
             if (lr >= 0) {
                 if (!p->recvq[lr] && smddp__shm_ring_avail(comm, lr) > 0) {
-                    bind_any(comm, q, 0);
+                    /* The pair's rings match in order: the number only names it in messages. */
+                    pthread_mutex_lock(&comm->lock);
+                    uint64_t seq = comm->p2p_recv_seq[q]++;
+                    pthread_mutex_unlock(&comm->lock);
+                    bind_any(comm, q, seq);
                     src = q;
                 }
             } else if (p->peeks && match_remote(comm, q, err)) {
