@@ -61,7 +61,7 @@ static smddp_status_t post_recv(smddp_comm_t comm, const smddp__op_t *op, smddp_
 /* A received message must come from the same collective as op. */
 static smddp_status_t check_what(const smddp__op_t *op, int from, uint64_t tag)
 {
-    if (!((tag ^ tag_of(op, 0)) & TAG_WHAT_MASK)) return SMDDP_OK;
+    if ((tag & TAG_WHAT_MASK) >> TAG_STEP_BITS == what_of(op)) return SMDDP_OK;
     char desc[256];
     smddp__op_describe(op, desc, sizeof(desc));
     return smddp__error_quiet(SMDDP_ERR_MISMATCH,

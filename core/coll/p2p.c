@@ -318,7 +318,11 @@ static bool progress_recv(smddp_comm_t comm, int lr)
     return moved > 0;
 }
 
-/* Hands the oldest receive from any rank to src as its next directed receive. */
+/*
+ * Hands the oldest receive from any rank to src as its next directed receive,
+ * with the message number claimed under comm->lock (a directed receive
+ * submitted meanwhile takes the next one).
+ */
 static void bind_any(smddp_comm_t comm, int src, uint64_t seq)
 {
     smddp__p2p_t *p = comm->p2p;
@@ -345,31 +349,26 @@ static bool match_remote(smddp_comm_t comm, int q, smddp_status_t *err)
     smddp__p2p_t *p = comm->p2p;
     peek_t *pk = &p->peeks[q];
     int rq = 2 * q + 1; /* q's receive queue */
-    if (pk->busy) {
-        if (!pk->x.done) return false;
-        pk->busy = false;
-        if (pk->x.nomsg || pk->x.status < 0) return false;
-        bool bound = false;
-        pthread_mutex_lock(&comm->lock);
-        if (comm->p2p_recv_seq[q] == pk->seq && !p->waiting[rq] && !p->posted[rq]) {
-            comm->p2p_recv_seq[q]++;
-            bind_any(comm, q, pk->seq);
-            bound = true;
-        }
-        pthread_mutex_unlock(&comm->lock);
-        return bound;
-    }
     if (p->waiting[rq] || p->posted[rq]) return false; /* q's next message is taken */
-    pthread_mutex_lock(&comm->lock);
-    pk->seq = comm->p2p_recv_seq[q];
-    pthread_mutex_unlock(&comm->lock);
-    smddp_status_t st = smddp__ofi_peek_on(comm->ofi_p2p, &pk->x, q, pk->seq << 32, 0xffffffffu);
-    if (st < 0) {
-        *err = st;
+    if (!pk->busy) {
+        pthread_mutex_lock(&comm->lock);
+        pk->seq = comm->p2p_recv_seq[q];
+        pthread_mutex_unlock(&comm->lock);
+        smddp_status_t st =
+            smddp__ofi_peek_on(comm->ofi_p2p, &pk->x, q, pk->seq << 32, 0xffffffffu);
+        if (st < 0) *err = st;
+        pk->busy = st == SMDDP_OK; /* SMDDP_IN_PROGRESS: the endpoint was full, next pass */
         return false;
     }
-    pk->busy = true;
-    return false;
+    if (!pk->x.done) return false;
+    pk->busy = false;
+    if (pk->x.nomsg || pk->x.status < 0) return false;
+    pthread_mutex_lock(&comm->lock);
+    bool claimed = comm->p2p_recv_seq[q] == pk->seq;
+    if (claimed) comm->p2p_recv_seq[q]++;
+    pthread_mutex_unlock(&comm->lock);
+    if (claimed) bind_any(comm, q, pk->seq); /* posts: never under comm->lock */
+    return claimed;
 }
 
 /* Binds receives from any rank to ranks whose next message has come; true if any was. */
@@ -517,6 +516,14 @@ static smddp_status_t check_health(smddp_comm_t comm)
     return SMDDP_OK;
 }
 
+/* Aborts the communicator with the current error and fails every queued op. */
+static void abort_all(smddp_comm_t comm, smddp_status_t st)
+{
+    SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
+    smddp__comm_abort(comm, st, smddp__last_error());
+    fail_all(comm, st);
+}
+
 static void *p2p_main(void *arg)
 {
     smddp_comm_t comm = arg;
@@ -575,20 +582,12 @@ static void *p2p_main(void *arg)
         smddp_status_t any_err = SMDDP_OK;
         if (p->anyq) moved |= progress_any(comm, &any_err);
         if (p->remote) moved |= progress_remote(comm);
+        if (any_err < 0) abort_all(comm, any_err);
         int64_t now = smddp__now_ns();
-        if (any_err < 0) {
-            SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
-            smddp__comm_abort(comm, any_err, smddp__last_error());
-            fail_all(comm, any_err);
-        }
         if (now - last_check > CHECK_EVERY_NS) {
             last_check = now;
             smddp_status_t st = check_health(comm);
-            if (st < 0) {
-                SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
-                smddp__comm_abort(comm, st, smddp__last_error());
-                fail_all(comm, st);
-            }
+            if (st < 0) abort_all(comm, st);
         }
         /* Back off while nothing moves: spin, then yield, then short sleeps. */
         if (moved) {

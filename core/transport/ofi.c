@@ -437,11 +437,12 @@ smddp_status_t smddp__ofi_peek_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int pee
         .ignore = ignore,
         .context = x,
     };
-    ssize_t rc;
-    do {
-        rc = fi_trecvmsg(o->ep, &msg, FI_PEEK | FI_COMPLETION);
-        if (rc == -FI_EAGAIN) SMDDP_CHECK(smddp__ofi_progress(o));
-    } while (rc == -FI_EAGAIN);
+    ssize_t rc = fi_trecvmsg(o->ep, &msg, FI_PEEK | FI_COMPLETION);
+    if (rc == -FI_EAGAIN) {
+        /* Full: completing what it holds makes room for the caller's next try. */
+        SMDDP_CHECK(smddp__ofi_progress(o));
+        return SMDDP_IN_PROGRESS;
+    }
     if (rc != 0)
         return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: looking for a message from rank %d "
                             "failed: %s", peer, fi_strerror((int)-rc));

@@ -101,7 +101,8 @@ smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_
  * Asks o whether a message from rank peer whose tag matches (tag, ignore)
  * has arrived, without receiving it (FI_PEEK). x reports done with
  * x->nomsg set when none has, else with x->tag and x->received of the
- * message, which a receive posted next is certain to match.
+ * message, which a receive posted next is certain to match. Returns
+ * SMDDP_IN_PROGRESS, posting nothing, when the endpoint is full.
  */
 smddp_status_t smddp__ofi_peek_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int peer, uint64_t tag,
                                   uint64_t ignore);
