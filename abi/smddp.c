@@ -10,6 +10,7 @@
 
 #include "coll/coll.h"
 #include "cuda/nccl.h"
+#include "cuda/stage.h"
 #include "comm.h"
 #include "param.h"
 
@@ -164,6 +165,11 @@ smddp_status_t smddp_test(smddp_request_t req)
     return smddp__request_test(req);
 }
 
+int smddp_request_enqueued(smddp_request_t req)
+{
+    return req ? smddp__cuda_stage_enqueued(req) : 0;
+}
+
 smddp_status_t smddp_request_source(smddp_request_t req, int *rank)
 {
     if (!req) return INVALID(NULL, "smddp_request_source: req is NULL");
@@ -212,21 +218,13 @@ static smddp_status_t check_common(const coll_check_t *c, const smddp_coll_attr_
     return SMDDP_OK;
 }
 
-/* For the calls that have no CUDA implementation yet. */
-static smddp_status_t check_host_only(const coll_check_t *c, const smddp_coll_attr_t *attr)
-{
-    if (attr && attr->mem_type == SMDDP_MEM_CUDA)
-        return fail(c->comm, smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                                          "%s: CUDA memory is not supported by this call yet; "
-                                          "stage through host memory (SMDDP_MEM_HOST)", c->fn));
-    return SMDDP_OK;
-}
-
 /* For the calls whose CUDA form only NCCL serves. */
 static smddp_status_t check_via_nccl(const coll_check_t *c, const smddp_coll_attr_t *attr)
 {
     const char *why = NULL;
-    if (attr && attr->mem_type == SMDDP_MEM_CUDA && !smddp__nccl(&why))
+    /* Across nodes, staging through host memory serves it unless NCCL is asked for. */
+    bool staged = c->comm->node_count > 1 && smddp__params()->cuda_net != 2;
+    if (attr && attr->mem_type == SMDDP_MEM_CUDA && !staged && !smddp__nccl(&why))
         return fail(c->comm, smddp__error(SMDDP_ERR_NOT_SUPPORTED,
                                           "%s: on CUDA memory this call goes through NCCL, which "
                                           "could not be loaded (%s); set SMDDP_NCCL_LIBRARY, or "
@@ -289,6 +287,16 @@ static smddp_status_t check_rank(const coll_check_t *c, const char *name, int r)
 static smddp_status_t submit(const coll_check_t *c, smddp__op_t *op, smddp_request_t *req)
 {
     if (!op) return fail(c->comm, SMDDP_ERR_NO_MEMORY);
+    if (op->mem_type == SMDDP_MEM_CUDA) {
+        smddp_status_t st = SMDDP_OK;
+        if (op->kind != SMDDP_OP_SEND && op->kind != SMDDP_OP_RECV)
+            st = smddp__cuda_stage_agree(c->comm);
+        if (st == SMDDP_OK) st = smddp__cuda_stage_prepare(c->comm, op);
+        if (st != SMDDP_OK) {
+            smddp__request_unref(op);
+            return fail(c->comm, st);
+        }
+    }
     return fail(c->comm, smddp__submit(c->comm, op, req));
 }
 
@@ -519,7 +527,6 @@ static smddp_status_t p2p(const coll_check_t *c, smddp__op_kind_t kind, const vo
                           const smddp_coll_attr_t *attr, smddp_request_t *req)
 {
     SMDDP_CHECK(check_common(c, attr));
-    SMDDP_CHECK(check_host_only(c, attr));
     SMDDP_CHECK(check_dtype(c, dtype));
     SMDDP_CHECK(check_count(c, "count", count, dtype, 1));
     if (!(kind == SMDDP_OP_RECV && peer == SMDDP_ANY_SOURCE))

@@ -9,8 +9,10 @@
 # a failure and exits non-zero if any step failed):
 #   1. build (meson, -Dcuda=enabled -Dtorch=enabled) into build-gpu/
 #   2. meson test --suite gpu: kernels bit for bit against the CPU kernels,
-#      every CUDA collective on 2 and 4 ranks sharing GPU 0, the NCCL
-#      interposer and the collectives routed to NCCL (one rank)
+#      every CUDA collective and CUDA send/recv on 2 and 4 ranks sharing GPU 0,
+#      the same across 2 fake nodes staged through host memory (where
+#      libfabric is installed), the NCCL interposer and the collectives
+#      routed to NCCL (one rank)
 #   3. reduction kernel bandwidth against cudaMemcpy D2D (same run)
 #   4. CUDA allreduce/allgather/reduce_scatter, 2 and 4 ranks, C API
 #   5. the backend on CUDA tensors through torch: pytest test/python/test_gpu.py

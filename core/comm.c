@@ -12,6 +12,7 @@
 #include "comm.h"
 #include "coll/coll.h"
 #include "cuda/nccl.h"
+#include "cuda/stage.h"
 #include "param.h"
 #include "transport/ofi.h"
 #include "transport/shm.h"
@@ -223,6 +224,7 @@ static void comm_free(smddp_comm_t comm)
     pthread_mutex_destroy(&comm->lock);
     pthread_mutex_destroy(&comm->exec_lock);
     pthread_mutex_destroy(&comm->err_lock);
+    pthread_mutex_destroy(&comm->stage_lock);
     pthread_cond_destroy(&comm->cond);
     free(comm);
 }
@@ -236,11 +238,13 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     comm->rank = rank;
     comm->size = size;
     comm->timeout_ms = timeout_ms;
+    comm->cuda_nccl_everywhere = -1;
     comm->store = store;
     snprintf(comm->prefix, sizeof(comm->prefix), "%s", prefix);
     pthread_mutex_init(&comm->lock, NULL);
     pthread_mutex_init(&comm->exec_lock, NULL);
     pthread_mutex_init(&comm->err_lock, NULL);
+    pthread_mutex_init(&comm->stage_lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
     atomic_init(&comm->aborted, 0);
     comm->p2p_send_seq = calloc((size_t)size, sizeof(uint64_t));
@@ -395,6 +399,7 @@ smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
     smddp__sched_stop(comm);
     smddp__p2p_stop(comm);
     smddp__nccl_teardown(comm);
+    smddp__cuda_stage_teardown(comm);
     smddp__cuda_teardown(comm);
     if (comm->ofi) {
         uint64_t hits, misses;

@@ -44,6 +44,9 @@ typedef struct smddp_request {
     void *stream;            /* cudaStream_t for SMDDP_MEM_CUDA */
     int64_t *v;              /* alltoallv: sendcounts, sdispls, recvcounts, rdispls (4 * size), owned */
     int64_t deadline_ns;     /* set when execution starts */
+    uint32_t seq_span;       /* collective sequence numbers it takes (0 means 1) */
+    struct smddp__stage *stage; /* CUDA across nodes: its host staging (cuda/stage.c) */
+    bool on_stream;          /* staged, and all its stream work was enqueued at issue */
 
     smddp_complete_fn on_complete; /* optional, called before done is set */
     void *on_complete_arg;
@@ -69,6 +72,7 @@ typedef struct smddp__store_ref {
 typedef struct smddp__shm smddp__shm_t;
 typedef struct smddp__p2p smddp__p2p_t;
 typedef struct smddp__ofi smddp__ofi_t;
+typedef struct smddp__stage smddp__stage_t;
 
 struct smddp_comm {
     int rank;
@@ -104,6 +108,10 @@ struct smddp_comm {
     void *pump_arg;
     struct smddp__cuda *cuda; /* CUDA IPC state, set up by the first CUDA collective */
     struct ncclComm *nccl;   /* NCCL communicator, created by the first collective routed to it */
+    struct smddp__stage *stage_pool; /* idle pinned staging buffers, guarded by stage_lock */
+    int cuda_nccl_everywhere; /* SMDDP_CUDA_NET=auto: -1 not asked yet, else whether NCCL
+                               * loaded on every rank (agreed at the first CUDA collective) */
+    pthread_mutex_t stage_lock;
 
     /* Scheduler: the queue, guarded by lock; exec_lock is held by whoever runs ops. */
     pthread_mutex_t lock;
@@ -159,6 +167,13 @@ void smddp__comm_publish_abort(smddp_comm_t comm);
 bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns, int waiting_for);
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm);
 void smddp__comm_set_last_error(smddp_comm_t comm, const char *msg);
+
+/*
+ * True on libsmddp's own threads (progress, send/recv). CUDA code there
+ * must not restore a "previous" device: such a thread has none, and setting
+ * device 0 would create a context on GPU 0 in every process.
+ */
+extern _Thread_local bool smddp__library_thread;
 /* This process's node name (SMDDP_HOSTNAME, else the host name). */
 void smddp__node_name(char *out, size_t cap);
 

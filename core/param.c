@@ -92,6 +92,14 @@ static const param_row_t rows[] = {
     {"SMDDP_NCCL_LIBRARY", P_STRING, "",
      "NCCL library loaded at run time for the CUDA collectives smddp hands to NCCL (default: "
      "libnccl.so.2 from the loader's search path)", OFF(nccl_library), CAP(nccl_library), NULL},
+    {"SMDDP_CUDA_NET", P_ENUM, "auto",
+     "CUDA collectives across nodes: staged (through pinned host memory and smddp's network "
+     "path), nccl, or auto (NCCL where it loads and has the op, else staged); the same on "
+     "every rank", OFF(cuda_net), 0, "auto|staged|nccl"},
+    {"SMDDP_CUDA_STAGE_CHUNK", P_SIZE, "4194304",
+     "staged CUDA allreduce, reduce and broadcast go in chunks of this many bytes (at least "
+     "4096), so copies to and from the GPU overlap the network; the same on every rank",
+     OFF(cuda_stage_chunk), 0, NULL},
     {"SMDDP_OFI_PROVIDER", P_STRING, "",
      "libfabric provider between nodes (default: FI_PROVIDER's choice if set, else efa where "
      "present, else tcp;ofi_rxm)", OFF(ofi_provider), CAP(ofi_provider), NULL},

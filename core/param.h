@@ -33,6 +33,8 @@ typedef struct smddp__params {
     int64_t cuda_buffer;        /* SMDDP_CUDA_BUFFER_SIZE bytes per rank */
     int64_t cuda_oneshot_max;   /* SMDDP_CUDA_ONESHOT_MAX bytes */
     char nccl_library[256];     /* SMDDP_NCCL_LIBRARY: "" = libnccl.so.2 */
+    int cuda_net;               /* SMDDP_CUDA_NET: 0 auto, 1 staged, 2 nccl */
+    int64_t cuda_stage_chunk;   /* SMDDP_CUDA_STAGE_CHUNK bytes */
     int net_algo;               /* SMDDP_NET_ALGO: 0 auto, 1 flat, 2 hier */
     int64_t net_leader_max;     /* SMDDP_NET_LEADER_MAX bytes */
     int ofi_max_inflight;       /* SMDDP_OFI_MAX_INFLIGHT */

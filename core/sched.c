@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "cuda/stage.h"
 #include "param.h"
 
 static long futex_private(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
@@ -50,6 +51,7 @@ smddp__op_t *smddp__op_new(smddp_comm_t comm, smddp__op_kind_t kind)
 void smddp__request_unref(smddp__op_t *op)
 {
     if (atomic_fetch_sub(&op->refs, 1) == 1) {
+        (void)smddp__cuda_stage_finish(op, SMDDP_ERR_ABORTED); /* an op dropped before it ran */
         free(op->v);
         free(op);
     }
@@ -57,6 +59,7 @@ void smddp__request_unref(smddp__op_t *op)
 
 void smddp__op_complete(smddp__op_t *op, smddp_status_t st)
 {
+    st = smddp__cuda_stage_finish(op, st); /* the stream must never wait for an op that has ended */
     op->status = st;
     if (st < 0) {
         snprintf(op->errmsg, sizeof(op->errmsg), "%s", smddp__last_error());
@@ -121,9 +124,12 @@ static bool run_head(smddp_comm_t comm)
     return true;
 }
 
+_Thread_local bool smddp__library_thread;
+
 static void *progress_main(void *arg)
 {
     smddp_comm_t comm = arg;
+    smddp__library_thread = true;
     for (;;) {
         if (run_head(comm)) continue;
         pthread_mutex_lock(&comm->lock);
@@ -177,7 +183,8 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
         *req = op;
         return SMDDP_OK;
     }
-    op->seq = comm->next_seq++;
+    op->seq = comm->next_seq;
+    comm->next_seq += op->seq_span ? op->seq_span : 1;
 
     if (!req && smddp__params()->inline_exec && !comm->head &&
         pthread_mutex_trylock(&comm->exec_lock) == 0) {

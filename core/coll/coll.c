@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cuda/stage.h"
 #include "../copy.h"
 #include "../param.h"
 #include "../transport/shm.h"
@@ -286,8 +287,14 @@ smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op)
 
 static smddp_status_t execute(smddp_comm_t comm, smddp__op_t *op)
 {
+    if (op->stage) return smddp__cuda_stage_run(comm, op);
     if (op->mem_type == SMDDP_MEM_CUDA && op->kind != SMDDP_OP_BARRIER)
         return smddp__cuda_execute(comm, op);
+    return smddp__coll_execute_host(comm, op);
+}
+
+smddp_status_t smddp__coll_execute_host(smddp_comm_t comm, smddp__op_t *op)
+{
     if (comm->node_count > 1) {
         if (smddp__log_level() >= SMDDP_LOG_TRACE) {
             char desc[256];

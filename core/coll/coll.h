@@ -18,6 +18,11 @@ smddp_status_t smddp__net_execute(smddp_comm_t comm, smddp__op_t *op);
 smddp_status_t smddp__cuda_execute(smddp_comm_t comm, smddp__op_t *op);
 /* Whether fn can take SMDDP_MEM_CUDA on comm here (a device, one node, a CUDA build). */
 smddp_status_t smddp__cuda_check(smddp_comm_t comm, const char *fn);
+/*
+ * The host-memory algorithms for op, without the order checks of
+ * smddp__op_execute: the stage of a CUDA op runs its chunks through it.
+ */
+smddp_status_t smddp__coll_execute_host(smddp_comm_t comm, smddp__op_t *op);
 /* Frees the CUDA IPC state (destroy). */
 void smddp__cuda_teardown(smddp_comm_t comm);
 

@@ -34,6 +34,7 @@
 #include "../param.h"
 #include "../transport/ofi.h"
 #include "../transport/shm.h"
+#include "../cuda/stage.h"
 #include "coll.h"
 
 #define P2P_MAGIC 0x50325031u
@@ -530,11 +531,23 @@ static void *p2p_main(void *arg)
     smddp__p2p_t *p = comm->p2p;
     int64_t last_check = 0;
     int idle = 0;
+    smddp__library_thread = true;
     pthread_mutex_lock(&p->lock);
     for (;;) {
         while (p->incoming) {
             smddp__op_t *op = p->incoming;
+            /*
+             * A send of CUDA memory waits for its copy to the host; what was
+             * issued after it waits too, so that order is kept.
+             */
+            smddp_status_t ready = smddp__cuda_stage_ready(op);
+            if (ready == SMDDP_IN_PROGRESS) break;
             p->incoming = op->next;
+            if (ready < 0) {
+                smddp__op_complete(op, ready);
+                smddp__request_unref(op);
+                continue;
+            }
             if (op->root < 0) { /* a receive from any rank */
                 if (!p->peeks && comm->ofi_p2p && comm->node_count > 1) {
                     p->peeks = calloc((size_t)comm->size, sizeof(*p->peeks));
@@ -557,8 +570,9 @@ static void *p2p_main(void *arg)
             fifo_push(op->kind == SMDDP_OP_SEND ? &p->sendq[lr] : &p->recvq[lr], op);
             p->active++;
         }
-        p->incoming_tail = NULL;
-        if (p->active == 0) {
+        bool held = p->incoming != NULL;
+        if (!held) p->incoming_tail = NULL;
+        if (p->active == 0 && !held) {
             if (p->stopping) break;
             pthread_cond_wait(&p->cond, &p->lock);
             continue;

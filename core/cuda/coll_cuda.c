@@ -457,7 +457,7 @@ smddp_status_t smddp__cuda_execute(smddp_comm_t comm, smddp__op_t *op)
     int prev = -1;
     if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
     smddp_status_t st = execute_on_device(comm, op);
-    if (prev >= 0) cudaSetDevice(prev);
+    if (prev >= 0 && !smddp__library_thread) cudaSetDevice(prev);
     return st;
 }
 
@@ -518,11 +518,12 @@ smddp_status_t smddp__cuda_check(smddp_comm_t comm, const char *fn)
                             fn, e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
     }
     const char *why = NULL;
-    if (comm->node_count > 1 && !smddp__nccl(&why))
+    if (comm->node_count > 1 && smddp__params()->cuda_net == 2 && !smddp__nccl(&why))
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                            "%s: CUDA memory in a communicator that spans %d nodes goes through "
-                            "NCCL, which could not be loaded (%s); set SMDDP_NCCL_LIBRARY, or "
-                            "stage through host memory (SMDDP_MEM_HOST)",
+                            "%s: SMDDP_CUDA_NET=nccl sends CUDA memory across the %d nodes "
+                            "through NCCL, which could not be loaded (%s); set "
+                            "SMDDP_NCCL_LIBRARY, or SMDDP_CUDA_NET=auto to stage through host "
+                            "memory",
                             fn, comm->node_count, why);
     return SMDDP_OK;
 }

@@ -209,3 +209,17 @@ extern "C" int smddp__cuda_reduce(const smddp__reduce_spec_t *spec, void *dst,
     default: return (int)cudaErrorInvalidValue;
     }
 }
+
+/* Polls the host's flag; the sleep keeps the poll from flooding PCIe. */
+__global__ void wait_flag_kernel(const volatile uint32_t *flag, uint32_t value)
+{
+    while (*flag < value) __nanosleep(2000);
+}
+
+extern "C" int smddp__cuda_wait_flag(const uint32_t *flag, uint32_t value, void *stream)
+{
+    /* The launch's own status, not an earlier error of the application's. */
+    void *args[] = {(void *)&flag, (void *)&value};
+    return (int)cudaLaunchKernel((const void *)wait_flag_kernel, dim3(1), dim3(1), args, 0,
+                                 static_cast<cudaStream_t>(stream));
+}

@@ -26,6 +26,13 @@ extern "C" {
 int smddp__cuda_reduce(const smddp__reduce_spec_t *spec, void *dst, const void *const *srcs,
                        int nsrc, size_t count, void *stream);
 
+/*
+ * Enqueues on stream a one-thread kernel that returns once *flag >= value.
+ * flag is the device's view of mapped pinned host memory (written by the
+ * host). Returns a cudaError_t (0 on success).
+ */
+int smddp__cuda_wait_flag(const uint32_t *flag, uint32_t value, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -84,7 +84,7 @@ const smddp__nccl_api_t *smddp__nccl(const char **why)
 
 /* ---- routing ---------------------------------------------------------------- */
 
-static bool nccl_has_op(const smddp__op_t *op)
+bool smddp__nccl_has_op(const smddp__op_t *op)
 {
     bool reduces = op->kind == SMDDP_OP_ALLREDUCE || op->kind == SMDDP_OP_REDUCE ||
                    op->kind == SMDDP_OP_REDUCE_SCATTER;
@@ -99,12 +99,13 @@ static bool nccl_has_op(const smddp__op_t *op)
 
 bool smddp__nccl_route(smddp_comm_t comm, const smddp__op_t *op, const char **why)
 {
-    if (smddp__params()->comm_backend == 1 && nccl_has_op(op)) {
+    if (smddp__params()->comm_backend == 1 && smddp__nccl_has_op(op)) {
         *why = "SMDDP_COMMUNICATION_BACKEND is nccl";
         return true;
     }
     if (comm->node_count > 1) {
-        *why = "smddp's CUDA collectives do not span nodes yet";
+        *why = "NCCL loads and crosses nodes with GPUDirect where the fabric allows "
+               "(SMDDP_CUDA_NET=staged stages through host memory instead)";
         return true;
     }
     if (op->kind == SMDDP_OP_ALLTOALLV) {
@@ -241,7 +242,7 @@ smddp_status_t smddp__nccl_execute(smddp_comm_t comm, smddp__op_t *op)
                             "rank %d: this CUDA %s needs NCCL, which could not be loaded: %s "
                             "(set SMDDP_NCCL_LIBRARY to its path)",
                             comm->rank, smddp__op_kind_name(op->kind), why);
-    if (!nccl_has_op(op))
+    if (!smddp__nccl_has_op(op))
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
                             "rank %d: %s with %s on CUDA memory across %d nodes: NCCL has no %s "
                             "and smddp's CUDA collectives stay inside a node",

@@ -281,13 +281,28 @@ c10::intrusive_ptr<WorkSMDDP> ProcessGroupSMDDP::new_work(c10d::OpType type,
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::enqueue(
     const c10::intrusive_ptr<WorkSMDDP>& work) {
   work->self_ = work;
+  // Read before release_pending: from then on the work may complete (and
+  // clear its finalizers) on the progress thread.
+  const bool copies_back = !work->finalizers_.empty();
+  // Send and receive are never waited for here: two ranks that each receive,
+  // then send, would wait for each other. A send's copy to the host is on the
+  // stream already; a receive's copy to the device goes on the stream when it
+  // completes, before this work does, and wait() orders the caller after it.
+  const bool p2p = work->opType_ == c10d::OpType::SEND || work->opType_ == c10d::OpType::RECV ||
+                   work->opType_ == c10d::OpType::RECVANYSOURCE;
   work->release_pending();
-  if (work->stream_) {
+  if (work->stream_ && !p2p) {
     // CUDA: put the operation on the stream now, so that whatever the caller
     // enqueues next comes after it, as with NCCL. smddp_wait runs a request
     // that has not started on this thread; it returns once the work is
     // enqueued, without waiting for the GPU. Failures surface in wait().
+    // A request staged through host memory across nodes is on the stream
+    // already (the stream waits for the host on the GPU), unless the work
+    // copies results back at completion, which must precede what comes next.
     for (auto req : work->requests_) {
+      if (!copies_back && smddp_request_enqueued(req)) {
+        continue;
+      }
       (void)smddp_wait(req, SMDDP_WAIT_DEFAULT);
     }
   }

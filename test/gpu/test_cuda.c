@@ -168,9 +168,10 @@ static void expect_same(const void *want, const void *dptr, size_t bytes, const 
     free(got);
 }
 
+/* arg: NULL, or an int that is 1 when the ranks sit on two fake nodes and stage through host memory. */
 static void run_colls(smddp_comm_t comm, int rank, int size, void *arg)
 {
-    (void)arg;
+    const int staged = arg ? *(const int *)arg : 0;
     CU(cudaSetDevice(0));
     cudaStream_t stream;
     CU(cudaStreamCreate(&stream));
@@ -209,6 +210,9 @@ static void run_colls(smddp_comm_t comm, int rank, int size, void *arg)
         smddp_request_t req;
         H_CHECK(smddp_allreduce(comm, in, out, (int64_t)n, c.dt, c.op, &attr, &req) == SMDDP_OK,
                 "allreduce: %s", smddp_get_last_error(comm));
+        H_CHECK(smddp_request_enqueued(req) == staged, "rank %d: smddp_request_enqueued gave %d "
+                "for a %s allreduce", rank, smddp_request_enqueued(req),
+                staged ? "staged" : "one-node");
         H_CHECK(smddp_wait(req, SMDDP_WAIT_DEFAULT) == SMDDP_OK, "allreduce wait: %s",
                 smddp_get_last_error(comm));
         smddp_request_free(req);
@@ -217,6 +221,24 @@ static void run_colls(smddp_comm_t comm, int rank, int size, void *arg)
         char what[160];
         snprintf(what, sizeof(what), "allreduce %s", desc);
         expect_same(want, out, bytes, what, rank);
+        if (staged) {
+            /*
+             * The stream waits for the host's result on the GPU: a copy
+             * enqueued right after the call, with no smddp_wait, sees it.
+             */
+            CU(cudaMemset(out, 0, bytes));
+            H_CHECK(smddp_allreduce(comm, in, out, (int64_t)n, c.dt, c.op, &attr, &req) == SMDDP_OK,
+                    "allreduce: %s", smddp_get_last_error(comm));
+            char *seen = malloc(bytes);
+            CU(cudaMemcpyAsync(seen, out, bytes, cudaMemcpyDeviceToHost, stream));
+            CU(cudaStreamSynchronize(stream));
+            H_CHECK(memcmp(want, seen, bytes) == 0, "rank %d: staged allreduce %s: a copy enqueued "
+                    "after it on the stream saw another result", rank, desc);
+            free(seen);
+            H_CHECK(smddp_wait(req, SMDDP_WAIT_DEFAULT) == SMDDP_OK, "allreduce wait: %s",
+                    smddp_get_last_error(comm));
+            smddp_request_free(req);
+        }
         H_CHECK(smddp_allreduce(comm, in, in, (int64_t)n, c.dt, c.op, &attr, NULL) == SMDDP_OK,
                 "allreduce in place: %s", smddp_get_last_error(comm));
         CU(cudaStreamSynchronize(stream));
@@ -332,6 +354,70 @@ static void run_colls(smddp_comm_t comm, int rank, int size, void *arg)
         free(want);
     }
 
+    /*
+     * Send and receive (staged through host memory): every rank receives
+     * from the previous one, then sends to the next, on one stream, without
+     * waiting in between; then a receive from any rank. Sizes: one element,
+     * and 5 MB.
+     */
+    for (int k = 0; k < 2; k++) {
+        size_t n = k == 0 ? 1 : 1250003;
+        int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+        uint32_t *h = malloc(n * 4), *want = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) {
+            h[i] = (uint32_t)mix((uint64_t)rank * n + i);
+            want[i] = (uint32_t)mix((uint64_t)prev * n + i);
+        }
+        uint32_t *sbuf = dalloc(n * 4), *rbuf = dalloc(n * 4);
+        CU(cudaMemcpy(sbuf, h, n * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemset(rbuf, 0, n * 4));
+        smddp_request_t rr, sr;
+        H_CHECK(smddp_recv(comm, rbuf, (int64_t)n, SMDDP_INT32, prev, 7, &attr, &rr) == SMDDP_OK,
+                "recv: %s", smddp_get_last_error(comm));
+        H_CHECK(smddp_send(comm, sbuf, (int64_t)n, SMDDP_INT32, next, 7, &attr, &sr) == SMDDP_OK,
+                "send: %s", smddp_get_last_error(comm));
+        H_CHECK(smddp_request_enqueued(sr) == 1 && smddp_request_enqueued(rr) == 0,
+                "rank %d: enqueued: send %d, recv %d (want 1, 0)", rank, smddp_request_enqueued(sr),
+                smddp_request_enqueued(rr));
+        H_CHECK(smddp_wait(rr, SMDDP_WAIT_DEFAULT) == SMDDP_OK, "recv wait: %s",
+                smddp_get_last_error(comm));
+        H_CHECK(smddp_wait(sr, SMDDP_WAIT_DEFAULT) == SMDDP_OK, "send wait: %s",
+                smddp_get_last_error(comm));
+        smddp_request_free(rr);
+        smddp_request_free(sr);
+        CU(cudaStreamSynchronize(stream));
+        char what[96];
+        snprintf(what, sizeof(what), "recv of %zu int32 from rank %d", n, prev);
+        expect_same(want, rbuf, n * 4, what, rank);
+
+        /* Rank 0 receives from any rank, size - 1 times; the others send to it. */
+        if (rank == 0) {
+            int seen = 0;
+            for (int j = 1; j < size; j++) {
+                int src = -1;
+                H_CHECK(smddp_recv(comm, rbuf, (int64_t)n, SMDDP_INT32, SMDDP_ANY_SOURCE, 8, &attr,
+                                   &rr) == SMDDP_OK, "recv any: %s", smddp_get_last_error(comm));
+                H_CHECK(smddp_wait(rr, SMDDP_WAIT_DEFAULT) == SMDDP_OK &&
+                        smddp_request_source(rr, &src) == SMDDP_OK && src > 0 && src < size,
+                        "recv any: source %d: %s", src, smddp_get_last_error(comm));
+                smddp_request_free(rr);
+                CU(cudaStreamSynchronize(stream));
+                for (size_t i = 0; i < n; i++) want[i] = (uint32_t)mix((uint64_t)src * n + i);
+                snprintf(what, sizeof(what), "recv from any rank (rank %d's)", src);
+                expect_same(want, rbuf, n * 4, what, rank);
+                seen |= 1 << src;
+            }
+            H_CHECK(seen == (1 << size) - 2, "rank 0 heard from ranks %#x", seen);
+        } else {
+            H_CHECK(smddp_send(comm, sbuf, (int64_t)n, SMDDP_INT32, 0, 8, &attr, NULL) == SMDDP_OK,
+                    "send to 0: %s", smddp_get_last_error(comm));
+        }
+        CU(cudaFree(sbuf));
+        CU(cudaFree(rbuf));
+        free(h);
+        free(want);
+    }
+
     /* A host buffer passed as CUDA memory is refused with a clear error. */
     {
         float hbuf[4] = {0};
@@ -358,6 +444,22 @@ int main(void)
         printf("%s: CUDA collectives on %d ranks sharing GPU 0\n", bad ? "FAIL" : "PASS", n);
         failures += bad != 0;
     }
+#if SMDDP_HAVE_OFI
+    /* Two fake nodes on this machine (libfabric over loopback): staged through host memory. */
+    for (int n = 2; n <= 4; n += 2) {
+        harness_opts_t opts = {0};
+        opts.env = "SMDDP_CUDA_NET=staged SMDDP_CUDA_STAGE_CHUNK=65536";
+        opts.timeout_s = 300;
+        opts.ranks_per_node = n / 2;
+        int staged = 1;
+        int bad = harness_run(n, run_colls, &staged, &opts);
+        printf("%s: CUDA collectives across 2 nodes x %d rank(s), staged through host memory\n",
+               bad ? "FAIL" : "PASS", n / 2);
+        failures += bad != 0;
+    }
+#else
+    printf("SKIP: CUDA collectives across nodes: this libsmddp has no libfabric\n");
+#endif
     st = gpu_in_child(kernels, NULL);
     printf("%s: CUDA kernels bit for bit against the CPU kernels\n", st ? "FAIL" : "PASS");
     failures += st != 0;

@@ -129,6 +129,7 @@ static void test_last_error_basics(void **state)
     assert_int_equal(attr.size, sizeof(attr));
     assert_int_equal(attr.mem_type, SMDDP_MEM_HOST);
     assert_true(attr.premul_factor == 1.0);
+    assert_int_equal(smddp_request_enqueued(NULL), 0);
 }
 
 /* ---- the shared library's exports ---------------------------------------------------- */
@@ -146,6 +147,7 @@ static const char *const api[] = {
     "smddp_gather",           "smddp_scatter",         "smddp_barrier",
     "smddp_send",             "smddp_recv",            "smddp_dtype_size",
     "smddp_dtype_name",       "smddp_op_name",         "smddp_print_settings",
+    "smddp_request_source",   "smddp_request_enqueued",
 };
 #define NAPI (sizeof(api) / sizeof(api[0]))
 

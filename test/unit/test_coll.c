@@ -604,6 +604,8 @@ static void outstanding_rank(smddp_comm_t comm, int rank, int size, void *arg)
     for (int k = NOUT - 1; k >= 0; k--) {
         H_OK(smddp_wait(reqs[k], SMDDP_WAIT_DEFAULT));
         H_CHECK(smddp_test(reqs[k]) == SMDDP_OK, "test after wait");
+        /* Host memory is never "on a stream" (only staged CUDA requests are). */
+        H_CHECK(smddp_request_enqueued(reqs[k]) == 0, "a host request said it is enqueued");
         smddp_request_free(reqs[k]);
     }
     for (int k = 0; k < NOUT; k++)

@@ -343,6 +343,18 @@ SMDDP_API void smddp_request_free(smddp_request_t req);
  * returns SMDDP_IN_PROGRESS (leaving *rank alone) while it has not completed.
  */
 SMDDP_API smddp_status_t smddp_request_source(smddp_request_t req, int *rank);
+
+/**
+ * For a collective on CUDA memory: 1 when everything it does to the GPU is
+ * already on its stream, so work the caller enqueues next is ordered after
+ * it without smddp_wait() (a collective across nodes staged through host
+ * memory: the stream waits for the host's result on the GPU; a send of CUDA
+ * memory: its copy to the host is on the stream). 0 otherwise: the operation
+ * reaches the stream when it runs, and smddp_wait() (or smddp_test()
+ * reporting it done) tells when that happened. So on one stream, wait for
+ * such a request before issuing a staged one that depends on its result.
+ */
+SMDDP_API int smddp_request_enqueued(smddp_request_t req);
 /**@}*/
 
 /* ------------------------------------------------------------------------ */
@@ -447,6 +459,13 @@ SMDDP_API smddp_status_t smddp_barrier(smddp_comm_t comm, const smddp_coll_attr_
  * Sends and receives progress independently of collectives and of each
  * other, so exchanges such as "irecv from left, isend to right" on every rank
  * do not deadlock. Small messages complete without waiting for the receiver.
+ *
+ * On CUDA memory (attr->mem_type SMDDP_MEM_CUDA) messages go through pinned
+ * host memory: a send copies buf to the host on attr->stream when it is
+ * issued (so it sends what the stream's earlier work left there) and moves
+ * it once that copy is done; a receive enqueues the copy into buf on
+ * attr->stream when the message is in, before the request reports done, so
+ * work enqueued on that stream after smddp_wait() sees the message.
  */
 SMDDP_API smddp_status_t smddp_send(smddp_comm_t comm, const void *buf, int64_t count,
                                     smddp_dtype_t dtype, int peer, int tag,

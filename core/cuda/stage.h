@@ -1,0 +1,57 @@
+/*
+ * CUDA collectives across nodes staged through pinned host memory (stage.c):
+ * the stream's copies and waits are enqueued when the op is issued, the host
+ * collective runs in the op's turn, and chunks are handed back to the stream
+ * as they finish.
+ */
+#ifndef SMDDP_CORE_CUDA_STAGE_H
+#define SMDDP_CORE_CUDA_STAGE_H
+
+#include "../comm.h"
+
+/*
+ * True when op (on CUDA memory) crosses nodes through host staging rather
+ * than NCCL: SMDDP_CUDA_NET=staged, or auto where NCCL does not load or lacks
+ * the op. Every rank must decide alike (the same settings everywhere). Send
+ * and receive on CUDA memory always stage (inside a node too).
+ */
+bool smddp__cuda_staged(smddp_comm_t comm, const smddp__op_t *op);
+
+/*
+ * Under SMDDP_CUDA_NET=auto, before a communicator spanning nodes issues its
+ * first CUDA collective: every rank learns whether NCCL loads on all of
+ * them (a host allreduce), so that all route alike. Idempotent.
+ */
+smddp_status_t smddp__cuda_stage_agree(smddp_comm_t comm);
+
+/*
+ * At issue, on the caller's thread, before smddp__submit: for a staged op,
+ * enqueues its copies and waits on op->stream and sets op->stage and
+ * op->seq_span (the sequence numbers its chunks take). Otherwise does nothing.
+ */
+smddp_status_t smddp__cuda_stage_prepare(smddp_comm_t comm, smddp__op_t *op);
+
+/* In the op's turn: the host collective, chunk by chunk, releasing each to the stream. */
+smddp_status_t smddp__cuda_stage_run(smddp_comm_t comm, smddp__op_t *op);
+
+/*
+ * When the op completes with st, or is dropped: enqueues a receive's copy to
+ * the device (if st is OK), releases every chunk to the stream and pools the
+ * buffer. Returns st, or the error of that copy.
+ */
+smddp_status_t smddp__cuda_stage_finish(smddp__op_t *op, smddp_status_t st);
+
+/* 1 when all of a staged op's stream work was enqueued when it was issued (not a receive). */
+int smddp__cuda_stage_enqueued(const smddp__op_t *op);
+
+/*
+ * For a send: SMDDP_OK once its copy to the host is done (at once for other
+ * ops), SMDDP_IN_PROGRESS before that, an error when the copy failed or the
+ * op's deadline passed.
+ */
+smddp_status_t smddp__cuda_stage_ready(smddp__op_t *op);
+
+/* Frees the pooled buffers (destroy). */
+void smddp__cuda_stage_teardown(smddp_comm_t comm);
+
+#endif /* SMDDP_CORE_CUDA_STAGE_H */
