@@ -137,6 +137,42 @@ def _check_ddp(rank, world, gloo):
     return failures
 
 
+def _check_send_recv(rank, world, gloo):
+    """send/recv on CUDA tensors (staged through host memory): a ring posted
+    receive first, without waiting in between; a receive without a source."""
+    del gloo
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda", 0)
+    failures = []
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    for n in [1, 1 << 20]:
+        out = torch.full((n,), float(rank + 1), device=dev) * 2  # written on the stream just now
+        inc = torch.zeros(n, device=dev)
+        rw = dist.irecv(inc, src=prv)
+        sw = dist.isend(out, dst=nxt)
+        rw.wait()
+        sw.wait()
+        if not torch.equal(inc.cpu(), torch.full((n,), float(prv + 1) * 2)):
+            failures.append(f"ring n={n}: got {inc[:4].tolist()} from rank {prv}")
+        if rank == 0:
+            for _ in range(world - 1):
+                w = dist.irecv(inc)
+                w.wait()
+                src = w._source_rank()
+                if not torch.equal(inc.cpu(), torch.full((n,), float(src + 1) * 2)):
+                    failures.append(f"recv without a source n={n}: {inc[:4].tolist()} from {src}")
+        else:
+            dist.send(out, dst=0)
+        dist.barrier()
+    torch.cuda.synchronize()
+    return failures
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_cuda_send_recv(world):
+    run_ranks(_check_send_recv, world, timeout=GPU_TIMEOUT_S)
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_cuda_collectives(world):
     run_ranks(_check_collectives, world, timeout=GPU_TIMEOUT_S)
