@@ -81,6 +81,7 @@ struct smddp__p2p {
      */
     smddp__op_t **waiting, **waiting_tail;
     int *posted;
+    bool stalled; /* some queue's head was not taken by the endpoint yet: try again */
     int active;
     smddp__op_t *anyq;  /* receives from any rank, not yet matched */
     int any_next;       /* the rank the next search for a sender starts at */
@@ -103,8 +104,13 @@ static void complete_remote(smddp_comm_t comm, remote_t *r, smddp_status_t st)
     smddp__request_unref(op);
 }
 
-/* Posts op to its peer on another node; failures complete it at once. */
-static void post_remote(smddp_comm_t comm, smddp__op_t *op)
+/*
+ * Posts op to its peer on another node. False, leaving op alone, when the
+ * endpoint cannot take it yet (full, or rxm still connecting to that peer):
+ * it is tried again on a later pass, and check_health ends the wait at its
+ * deadline. This thread never blocks on one peer. Failures complete op.
+ */
+static bool post_remote(smddp_comm_t comm, smddp__op_t *op)
 {
     smddp__p2p_t *p = comm->p2p;
     remote_t *r = calloc(1, sizeof(*r));
@@ -113,26 +119,31 @@ static void post_remote(smddp_comm_t comm, smddp__op_t *op)
         st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate a send/recv");
         smddp__op_complete(op, st);
         smddp__request_unref(op);
-        return;
+        return true;
+    }
+    size_t bytes = op->count * smddp_dtype_size(op->dtype);
+    uint64_t tag = op->seq << 32 | (uint32_t)op->tag;
+    st = op->kind == SMDDP_OP_SEND
+             ? smddp__ofi_try_post_on(comm->ofi_p2p, &r->x, 1, op->root, tag, 0,
+                                      (void *)op->sendbuf, bytes)
+             : smddp__ofi_try_post_on(comm->ofi_p2p, &r->x, 0, op->root, op->seq << 32,
+                                      0xffffffffu, op->recvbuf, bytes);
+    if (st == SMDDP_IN_PROGRESS) {
+        free(r);
+        return false;
     }
     r->op = op;
     r->queue = queue_of(op);
     p->active++;
-    size_t bytes = op->count * smddp_dtype_size(op->dtype);
-    uint64_t tag = op->seq << 32 | (uint32_t)op->tag;
-    st = op->kind == SMDDP_OP_SEND
-             ? smddp__ofi_post_on(comm->ofi_p2p, &r->x, 1, op->root, tag, 0,
-                                  (void *)op->sendbuf, bytes)
-             : smddp__ofi_post_on(comm->ofi_p2p, &r->x, 0, op->root, op->seq << 32, 0xffffffffu,
-                                  op->recvbuf, bytes);
     if (st < 0) {
         complete_remote(comm, r, st);
         free(r);
-        return;
+        return true;
     }
     r->next = p->remote;
     p->remote = r;
     p->posted[r->queue]++;
+    return true;
 }
 
 /* Posts queue q's waiting ops, in order, while it has room on the network. */
@@ -141,11 +152,15 @@ static void post_waiting(smddp_comm_t comm, int q)
     smddp__p2p_t *p = comm->p2p;
     int cap = smddp__params()->ofi_max_inflight;
     while (p->waiting[q] && (cap <= 0 || p->posted[q] < cap)) {
-        smddp__op_t *op = p->waiting[q];
-        p->waiting[q] = op->next;
-        if (!p->waiting[q]) p->waiting_tail[q] = NULL;
+        smddp__op_t *op = p->waiting[q], *next = op->next;
         p->active--; /* post_remote counts it again */
-        post_remote(comm, op);
+        if (!post_remote(comm, op)) {
+            p->active++;
+            p->stalled = true;
+            return;
+        }
+        p->waiting[q] = next;
+        if (!p->waiting[q]) p->waiting_tail[q] = NULL;
     }
 }
 
@@ -500,6 +515,20 @@ static smddp_status_t check_health(smddp_comm_t comm)
                                       "sent it a message", desc,
                                       (double)comm->timeout_ms / 1000.0);
     }
+    for (int q = 0; q < 2 * comm->size; q++) {
+        smddp__op_t *op = p->waiting[q];
+        if (!op) continue; /* the head is the oldest: it times out first */
+        char desc[256];
+        smddp__op_describe(op, desc, sizeof(desc));
+        if (smddp__comm_poll_remote_abort(comm, now, op->root) || atomic_load(&comm->aborted))
+            return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
+                                      desc, comm->abort_msg);
+        if (now >= op->deadline_ns)
+            return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
+                                      "%s timed out after %.3f s: the network did not take it "
+                                      "(no connection to rank %d: has it joined, is it alive?)",
+                                      desc, (double)comm->timeout_ms / 1000.0, op->root);
+    }
     for (remote_t *r = p->remote; r; r = r->next) {
         smddp__op_t *op = r->op;
         if (!op) continue;
@@ -596,6 +625,11 @@ static void *p2p_main(void *arg)
         smddp_status_t any_err = SMDDP_OK;
         if (p->anyq) moved |= progress_any(comm, &any_err);
         if (p->remote) moved |= progress_remote(comm);
+        if (p->stalled) {
+            p->stalled = false;
+            for (int q = 0; q < 2 * comm->size; q++)
+                if (p->waiting[q]) post_waiting(comm, q);
+        }
         if (any_err < 0) abort_all(comm, any_err);
         int64_t now = smddp__now_ns();
         if (now - last_check > CHECK_EVERY_NS) {

@@ -376,8 +376,8 @@ static smddp_status_t post_retry_check(smddp__ofi_t *o, int peer, int is_send, s
     return SMDDP_OK;
 }
 
-smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
-                                  uint64_t tag, uint64_t ignore, void *buf, size_t len)
+static smddp_status_t post(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
+                           uint64_t tag, uint64_t ignore, void *buf, size_t len, bool wait)
 {
     memset(x, 0, sizeof(*x));
     x->peer = peer;
@@ -410,6 +410,7 @@ smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_
                                 is_send ? "to" : "from", peer, fi_strerror((int)-rc));
         }
         smddp_status_t st = smddp__ofi_progress(o);
+        if (st == SMDDP_OK && !wait && i > 0) st = SMDDP_IN_PROGRESS;
         if (st == SMDDP_OK && i % 64 == 63) st = post_retry_check(o, peer, is_send, len, &start,
                                                                   &deadline);
         if (st != SMDDP_OK) {
@@ -417,6 +418,19 @@ smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_
             return st;
         }
     }
+}
+
+smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
+                                  uint64_t tag, uint64_t ignore, void *buf, size_t len)
+{
+    return post(o, x, is_send, peer, tag, ignore, buf, len, true);
+}
+
+smddp_status_t smddp__ofi_try_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send,
+                                      int peer, uint64_t tag, uint64_t ignore, void *buf,
+                                      size_t len)
+{
+    return post(o, x, is_send, peer, tag, ignore, buf, len, false);
 }
 
 smddp_status_t smddp__ofi_peek_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int peer, uint64_t tag,
@@ -623,6 +637,13 @@ smddp_status_t smddp__ofi_xfer_status(const smddp__op_t *op, const smddp__ofi_xf
 }
 smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
                                   uint64_t tag, uint64_t ignore, void *buf, size_t len)
+{
+    (void)o, (void)x, (void)is_send, (void)peer, (void)tag, (void)ignore, (void)buf, (void)len;
+    return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");
+}
+smddp_status_t smddp__ofi_try_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send,
+                                      int peer, uint64_t tag, uint64_t ignore, void *buf,
+                                      size_t len)
 {
     (void)o, (void)x, (void)is_send, (void)peer, (void)tag, (void)ignore, (void)buf, (void)len;
     return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "built without libfabric");

@@ -98,6 +98,14 @@ smddp_status_t smddp__ofi_xfer_status(const smddp__op_t *op, const smddp__ofi_xf
 smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
                                   uint64_t tag, uint64_t ignore, void *buf, size_t len);
 /*
+ * The same, but gives up at once (SMDDP_IN_PROGRESS, nothing posted) when
+ * the endpoint cannot take the transfer yet: full, or (rxm) still connecting
+ * to peer. For the send/recv thread, which must not stall every pair for one.
+ */
+smddp_status_t smddp__ofi_try_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send,
+                                      int peer, uint64_t tag, uint64_t ignore, void *buf,
+                                      size_t len);
+/*
  * Asks o whether a message from rank peer whose tag matches (tag, ignore)
  * has arrived, without receiving it (FI_PEEK). x reports done with
  * x->nomsg set when none has, else with x->tag and x->received of the

@@ -1042,6 +1042,49 @@ static void test_nodes_what_mismatch(void **state)
     }
 }
 
+/*
+ * A send to a rank on another node that never takes part in send/recv (its
+ * endpoint is never progressed, so the connection is never made) must not
+ * hold up send/recv with other ranks: it fails at the timeout on its own.
+ */
+static void p2p_stuck_peer_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    if (rank == 2) {
+        sleep(5); /* past rank 0's 2 s timeout, then leave */
+        return;
+    }
+    int32_t x = rank, y = -1, z = 7;
+    smddp_request_t stuck = NULL, rs, rr;
+    if (rank == 0) H_OK(smddp_send(comm, &z, 1, SMDDP_INT32, 2, 0, NULL, &stuck));
+    int peer = 1 - rank;
+    int64_t t0 = smddp__now_ns();
+    H_OK(smddp_recv(comm, &y, 1, SMDDP_INT32, peer, 1, NULL, &rr));
+    H_OK(smddp_send(comm, &x, 1, SMDDP_INT32, peer, 1, NULL, &rs));
+    H_OK(smddp_wait(rr, SMDDP_WAIT_DEFAULT));
+    H_OK(smddp_wait(rs, SMDDP_WAIT_DEFAULT));
+    double took = (double)(smddp__now_ns() - t0) / 1e9;
+    smddp_request_free(rr);
+    smddp_request_free(rs);
+    H_CHECK(y == peer, "got %d from rank %d", y, peer);
+    H_CHECK(took < 1.0, "rank %d: an exchange with rank %d took %.2f s behind a send to a rank "
+            "that never receives", rank, peer, took);
+    if (rank == 0) {
+        smddp_status_t st = smddp_wait(stuck, SMDDP_WAIT_DEFAULT);
+        H_CHECK(st == SMDDP_ERR_TIMEOUT && strstr(smddp_get_last_error(NULL), "rank 2"),
+                "the send to rank 2 ended with %s: %s", smddp_status_string(st),
+                smddp_get_last_error(NULL));
+        smddp_request_free(stuck);
+    }
+}
+
+static void test_nodes_p2p_stuck_peer(void **state)
+{
+    (void)state;
+    run_nodes_env(3, 1, p2p_stuck_peer_rank, "SMDDP_TIMEOUT=2");
+}
+
 static void test_nodes_p2p(void **state)
 {
     (void)state;
@@ -1134,6 +1177,7 @@ int main(void)
         cmocka_unit_test(test_nodes_split_2x2),
         cmocka_unit_test(test_nodes_callbacks_2x1),
         cmocka_unit_test(test_nodes_p2p),
+        cmocka_unit_test(test_nodes_p2p_stuck_peer),
         cmocka_unit_test(test_nodes_any_source),
         cmocka_unit_test(test_nodes_what_mismatch),
         cmocka_unit_test(test_nodes_mismatch),
