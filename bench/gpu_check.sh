@@ -14,7 +14,9 @@
 #      libfabric is installed), the NCCL interposer and the collectives
 #      routed to NCCL (one rank)
 #   3. reduction kernel bandwidth against cudaMemcpy D2D (same run)
-#   4. CUDA allreduce/allgather/reduce_scatter, 2 and 4 ranks, C API
+#   4. CUDA allreduce/allgather/reduce_scatter, 2 and 4 ranks, C API; and
+#      2 ranks on 2 fake nodes, staged through host memory (and through NCCL
+#      where there are 2 GPUs)
 #   5. the backend on CUDA tensors through torch: pytest test/python/test_gpu.py
 #   6. bench/gpu_torch_bench.py: 2 and 4 ranks through torch beside torch's add
 #   7. torch's nccl backend with libsmddp preloaded: the interposer serves it
@@ -67,6 +69,19 @@ step gpu_tests 180 meson test -C "$BUILD" --suite gpu --verbose --no-rebuild
 step kernel_bench 60 "$BUILD/bench/smddp_gpu_bench" kernel -e 1G
 step coll_bench_2 60 "$BUILD/bench/smddp_gpu_bench" coll -p 2 -b 1M -e 256M
 step coll_bench_4 90 "$BUILD/bench/smddp_gpu_bench" coll -p 4 -b 1M -e 256M
+# Across 2 fake nodes (needs libfabric): staged through host memory; and
+# through NCCL for comparison where there is a GPU per rank (NCCL refuses two
+# ranks on one GPU).
+if ldd "$BUILD/abi/libsmddp.so" 2>/dev/null | grep -q libfabric; then
+    step coll_bench_staged 120 env SMDDP_CUDA_NET=staged \
+        "$BUILD/bench/smddp_gpu_bench" coll -p 2 -N 2 -b 1M -e 64M
+    if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+        step coll_bench_nccl_2n 120 env SMDDP_CUDA_NET=nccl \
+            "$BUILD/bench/smddp_gpu_bench" coll -p 2 -N 2 -b 1M -e 64M
+    fi
+else
+    echo "(no libfabric in this build: the staged-across-nodes benchmark is skipped)"
+fi
 
 # The package from the build tree (no pip install: no registry, no meson-python).
 PKG=$(cd "$BUILD" && pwd)/pkg

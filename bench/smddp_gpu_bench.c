@@ -154,9 +154,16 @@ static void run_coll(void *p)
     }
 }
 
-static int coll_rank(size_t min_bytes, size_t max_bytes)
+static int coll_rank(int procs, int nodes, size_t min_bytes, size_t max_bytes)
 {
     smddp_comm_t comm;
+    if (nodes > 1) {
+        /* Fake nodes on this machine: the network path (libfabric over loopback) between them. */
+        char host[64];
+        int r = atoi(getenv("SMDDP_RANK"));
+        snprintf(host, sizeof(host), "gpu-bench-node-%d", r * nodes / procs);
+        setenv("SMDDP_HOSTNAME", host, 1);
+    }
     if (smddp_comm_create_from_env(NULL, &comm) != SMDDP_OK) {
         fprintf(stderr, "smddp_comm_create_from_env: %s\n", smddp_get_last_error(NULL));
         return 1;
@@ -174,8 +181,11 @@ static int coll_rank(size_t min_bytes, size_t max_bytes)
     c.attr.mem_type = SMDDP_MEM_CUDA;
     c.attr.stream = NULL;
     if (rank == 0) {
-        printf("# CUDA collectives, %d ranks on %d GPU(s), fp32 sum; bytes = the whole buffer\n",
-               size, ndev);
+        const char *net = getenv("SMDDP_CUDA_NET");
+        printf("# CUDA collectives, %d ranks on %d GPU(s), %d node(s)%s%s, fp32 sum; bytes = the "
+               "whole buffer\n",
+               size, ndev, nodes, nodes > 1 ? ", SMDDP_CUDA_NET=" : "",
+               nodes > 1 ? (net ? net : "auto") : "");
         printf("%10s %14s %10s %11s %11s %15s\n", "op", "bytes", "time_us", "algbw_GB/s",
                "busbw_GB/s", "add_3N_GB/s");
     }
@@ -208,27 +218,32 @@ static int coll_rank(size_t min_bytes, size_t max_bytes)
     return 0;
 }
 
-static int coll_bench(int n, size_t min_bytes, size_t max_bytes)
+static int coll_bench(int n, int nodes, size_t min_bytes, size_t max_bytes)
 {
     bench_spawn(n); /* the parent exits there, with the ranks' verdict */
-    return coll_rank(min_bytes, max_bytes);
+    return coll_rank(n, nodes, min_bytes, max_bytes);
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2 || (strcmp(argv[1], "kernel") && strcmp(argv[1], "coll"))) {
         fprintf(stderr, "usage: smddp_gpu_bench kernel [-e BYTES]\n"
-                        "       smddp_gpu_bench coll -p N [-b BYTES] [-e BYTES]\n");
+                        "       smddp_gpu_bench coll -p N [-N NODES] [-b BYTES] [-e BYTES]\n"
+                        "  -N: split the ranks over NODES fake nodes on this machine, so that\n"
+                        "      collectives cross the network path (SMDDP_CUDA_NET picks staged\n"
+                        "      or nccl)\n");
         return 2;
     }
-    int procs = 2;
+    int procs = 2, nodes = 1;
     size_t min_bytes = 1u << 20, max_bytes = 0;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-p")) procs = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-N")) nodes = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-b")) min_bytes = parse_bytes(argv[i + 1]);
         else if (!strcmp(argv[i], "-e")) max_bytes = parse_bytes(argv[i + 1]);
         else {
-            fprintf(stderr, "unknown option %s; accepted: -p N, -b BYTES, -e BYTES\n", argv[i]);
+            fprintf(stderr, "unknown option %s; accepted: -p N, -N NODES, -b BYTES, -e BYTES\n",
+                    argv[i]);
             return 2;
         }
     }
@@ -236,6 +251,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "-p %d: give 1 to 64 ranks\n", procs);
         return 2;
     }
+    if (nodes < 1 || nodes > procs || procs % nodes != 0) {
+        fprintf(stderr, "-N %d: give a number of nodes from 1 to -p that divides it\n", nodes);
+        return 2;
+    }
     if (!strcmp(argv[1], "kernel")) return kernel_bench(max_bytes ? max_bytes : (1u << 30));
-    return coll_bench(procs, min_bytes, max_bytes ? max_bytes : (256u << 20));
+    return coll_bench(procs, nodes, min_bytes, max_bytes ? max_bytes : (256u << 20));
 }
