@@ -284,13 +284,33 @@ static smddp_status_t check_rank(const coll_check_t *c, const char *name, int r)
     return SMDDP_OK;
 }
 
+/*
+ * Under SMDDP_CUDA_NET=auto, before a communicator spanning nodes issues its
+ * first CUDA collective: every rank learns whether NCCL loads on all of
+ * them (a host allreduce), so that all route alike (smddp__cuda_staged).
+ */
+static smddp_status_t agree_cuda_net(smddp_comm_t comm)
+{
+    if (comm->node_count < 2 || smddp__params()->cuda_net != 0 || comm->cuda_nccl_everywhere >= 0)
+        return SMDDP_OK;
+    const char *why = NULL;
+    int32_t ok = smddp__nccl(&why) != NULL;
+    SMDDP_CHECK(smddp_allreduce(comm, &ok, &ok, 1, SMDDP_INT32, SMDDP_MIN, NULL, NULL));
+    comm->cuda_nccl_everywhere = ok;
+    if (!ok)
+        SMDDP_INFO("rank %d: NCCL does not load on every rank%s%s: CUDA collectives across nodes "
+                   "stage through host memory",
+                   comm->rank, why ? "; here: " : "", why ? why : "");
+    return SMDDP_OK;
+}
+
 static smddp_status_t submit(const coll_check_t *c, smddp__op_t *op, smddp_request_t *req)
 {
     if (!op) return fail(c->comm, SMDDP_ERR_NO_MEMORY);
     if (op->mem_type == SMDDP_MEM_CUDA) {
         smddp_status_t st = SMDDP_OK;
         if (op->kind != SMDDP_OP_SEND && op->kind != SMDDP_OP_RECV)
-            st = smddp__cuda_stage_agree(c->comm);
+            st = agree_cuda_net(c->comm);
         if (st == SMDDP_OK) st = smddp__cuda_stage_prepare(c->comm, op);
         if (st != SMDDP_OK) {
             smddp__request_unref(op);

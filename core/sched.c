@@ -51,7 +51,7 @@ smddp__op_t *smddp__op_new(smddp_comm_t comm, smddp__op_kind_t kind)
 void smddp__request_unref(smddp__op_t *op)
 {
     if (atomic_fetch_sub(&op->refs, 1) == 1) {
-        (void)smddp__cuda_stage_finish(op, SMDDP_ERR_ABORTED); /* an op dropped before it ran */
+        if (op->stage) (void)smddp__cuda_stage_finish(op, SMDDP_ERR_ABORTED); /* dropped unrun */
         free(op->v);
         free(op);
     }
@@ -59,7 +59,8 @@ void smddp__request_unref(smddp__op_t *op)
 
 void smddp__op_complete(smddp__op_t *op, smddp_status_t st)
 {
-    st = smddp__cuda_stage_finish(op, st); /* the stream must never wait for an op that has ended */
+    /* The stream must never wait for an op that has ended. */
+    if (op->stage) st = smddp__cuda_stage_finish(op, st);
     op->status = st;
     if (st < 0) {
         snprintf(op->errmsg, sizeof(op->errmsg), "%s", smddp__last_error());

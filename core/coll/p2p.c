@@ -470,6 +470,32 @@ static void fail_all(smddp_comm_t comm, smddp_status_t st)
     }
 }
 
+/*
+ * Abort and deadline checks of an op for a rank on another node, posted to
+ * the network or still waiting for the endpoint to take it.
+ */
+static smddp_status_t check_remote(smddp_comm_t comm, const smddp__op_t *op, int64_t now,
+                                   bool posted)
+{
+    bool aborted = smddp__comm_poll_remote_abort(comm, now, op->root) || atomic_load(&comm->aborted);
+    if (!aborted && now < op->deadline_ns) return SMDDP_OK;
+    char desc[256];
+    smddp__op_describe(op, desc, sizeof(desc));
+    if (aborted)
+        return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s", desc,
+                                  comm->abort_msg);
+    double secs = (double)comm->timeout_ms / 1000.0;
+    if (!posted)
+        return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
+                                  "%s timed out after %.3f s: the network did not take it (no "
+                                  "connection to rank %d: has it joined, is it alive?)",
+                                  desc, secs, op->root);
+    return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
+                              "%s timed out after %.3f s: rank %d (on another node) did not %s",
+                              desc, secs, op->root,
+                              op->kind == SMDDP_OP_RECV ? "send it" : "receive it");
+}
+
 /* Deadline, abort and dead-peer checks for every FIFO head. */
 static smddp_status_t check_health(smddp_comm_t comm)
 {
@@ -515,34 +541,10 @@ static smddp_status_t check_health(smddp_comm_t comm)
                                       "sent it a message", desc,
                                       (double)comm->timeout_ms / 1000.0);
     }
-    for (int q = 0; q < 2 * comm->size; q++) {
-        smddp__op_t *op = p->waiting[q];
-        if (!op) continue; /* the head is the oldest: it times out first */
-        char desc[256];
-        smddp__op_describe(op, desc, sizeof(desc));
-        if (smddp__comm_poll_remote_abort(comm, now, op->root) || atomic_load(&comm->aborted))
-            return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
-                                      desc, comm->abort_msg);
-        if (now >= op->deadline_ns)
-            return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
-                                      "%s timed out after %.3f s: the network did not take it "
-                                      "(no connection to rank %d: has it joined, is it alive?)",
-                                      desc, (double)comm->timeout_ms / 1000.0, op->root);
-    }
-    for (remote_t *r = p->remote; r; r = r->next) {
-        smddp__op_t *op = r->op;
-        if (!op) continue;
-        char desc[256];
-        smddp__op_describe(op, desc, sizeof(desc));
-        if (smddp__comm_poll_remote_abort(comm, now, op->root) || atomic_load(&comm->aborted))
-            return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
-                                      desc, comm->abort_msg);
-        if (now >= op->deadline_ns)
-            return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
-                                      "%s timed out after %.3f s: rank %d (on another node) did "
-                                      "not %s", desc, (double)comm->timeout_ms / 1000.0, op->root,
-                                      op->kind == SMDDP_OP_RECV ? "send it" : "receive it");
-    }
+    for (int q = 0; q < 2 * comm->size; q++) /* a queue's head is its oldest: it times out first */
+        if (p->waiting[q]) SMDDP_CHECK(check_remote(comm, p->waiting[q], now, false));
+    for (remote_t *r = p->remote; r; r = r->next)
+        if (r->op) SMDDP_CHECK(check_remote(comm, r->op, now, true));
     return SMDDP_OK;
 }
 
@@ -569,7 +571,7 @@ static void *p2p_main(void *arg)
              * A send of CUDA memory waits for its copy to the host; what was
              * issued after it waits too, so that order is kept.
              */
-            smddp_status_t ready = smddp__cuda_stage_ready(op);
+            smddp_status_t ready = op->stage ? smddp__cuda_stage_ready(op) : SMDDP_OK;
             if (ready == SMDDP_IN_PROGRESS) break;
             p->incoming = op->next;
             if (ready < 0) {

@@ -63,17 +63,38 @@ struct smddp__stage {
     int nready;
     cudaEvent_t done;          /* the stream is finished with host */
     bool used;                 /* done has been recorded */
-    /* The op now using it. */
-    bool on_stream;            /* all its stream work was enqueued at issue (not a receive) */
-    void *dev_dst;             /* a receive: where the message goes, on `stream` */
-    cudaStream_t stream;
-    size_t dst_bytes;
-    bool elementwise;
+    /*
+     * The op now using it. Chunk i is bytes [i * chunk, ...) of the input at
+     * host + that offset and of the output at host + recv_off + that offset:
+     * allreduce, reduce and broadcast work in place (recv_off 0) in chunks;
+     * the other kinds are one chunk (chunk SIZE_MAX), output after input.
+     */
     int nchunks;
-    size_t chunk;              /* bytes per chunk (elementwise) */
-    size_t send_off, recv_off; /* host offsets of input and output (others) */
+    size_t chunk;
+    size_t recv_off;
     bool copied_in;            /* input copies were enqueued (else no event to wait for) */
+    void *dev_dst;             /* a receive: where the message goes, when it is in */
 };
+
+/* Makes device current on this thread; *prev is the one to go back to (-1: none). */
+static cudaError_t enter_device(int device, int *prev)
+{
+    if (cudaGetDevice(prev) != cudaSuccess) *prev = -1;
+    return cudaSetDevice(device);
+}
+
+/* Library threads have no device of their own to go back to (see smddp__library_thread). */
+static void leave_device(int prev)
+{
+    if (prev >= 0 && !smddp__library_thread) cudaSetDevice(prev);
+}
+
+/* Offset and length of chunk i of a total of bytes. */
+static void chunk_of(const smddp__stage_t *s, int i, size_t bytes, size_t *off, size_t *n)
+{
+    *off = (size_t)i * s->chunk;
+    *n = SMDDP_MIN(s->chunk, bytes - *off);
+}
 
 static smddp_status_t cuda_fail(const char *what, cudaError_t e)
 {
@@ -109,30 +130,6 @@ bool smddp__cuda_staged(smddp_comm_t comm, const smddp__op_t *op)
         if (comm->cuda_nccl_everywhere >= 0) return !comm->cuda_nccl_everywhere;
         return !smddp__nccl(&why);
     }
-}
-
-smddp_status_t smddp__cuda_stage_agree(smddp_comm_t comm)
-{
-    if (comm->node_count < 2 || smddp__params()->cuda_net != 0 || comm->cuda_nccl_everywhere >= 0)
-        return SMDDP_OK;
-    const char *why = NULL;
-    int32_t ok = smddp__nccl(&why) != NULL;
-    smddp__op_t *op = smddp__op_new(comm, SMDDP_OP_ALLREDUCE);
-    if (!op) return SMDDP_ERR_NO_MEMORY;
-    op->sendbuf = &ok;
-    op->recvbuf = &ok;
-    op->count = 1;
-    op->dtype = SMDDP_INT32;
-    op->spec.dtype = SMDDP_INT32;
-    op->spec.op = SMDDP_MIN;
-    op->mem_type = SMDDP_MEM_HOST;
-    SMDDP_CHECK(smddp__submit(comm, op, NULL));
-    comm->cuda_nccl_everywhere = ok;
-    if (!ok)
-        SMDDP_INFO("rank %d: NCCL does not load on every rank%s%s: CUDA collectives across nodes "
-                   "stage through host memory",
-                   comm->rank, why ? "; here: " : "", why ? why : "");
-    return SMDDP_OK;
 }
 
 /* Input and output bytes of op on this rank (0 where a buffer is unused). */
@@ -172,16 +169,15 @@ static bool elementwise(smddp__op_kind_t kind)
 static void stage_free(smddp__stage_t *s)
 {
     if (!s) return;
-    int prev = -1;
-    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
-    cudaSetDevice(s->device);
+    int prev;
+    (void)enter_device(s->device, &prev);
     if (s->used) cudaEventSynchronize(s->done);
     if (s->done) cudaEventDestroy(s->done);
     for (int i = 0; i < s->nready; i++) cudaEventDestroy(s->ready[i]);
     free(s->ready);
     if (s->host) cudaFreeHost(s->host);
     if (s->flag) cudaFreeHost(s->flag);
-    if (prev >= 0 && !smddp__library_thread) cudaSetDevice(prev);
+    leave_device(prev);
     free(s);
 }
 
@@ -254,47 +250,31 @@ static void stage_put(smddp_comm_t comm, smddp__stage_t *s)
     pthread_mutex_unlock(&comm->stage_lock);
 }
 
-/* Enqueues the stream's part; see the top of the file. */
-static smddp_status_t enqueue(smddp__op_t *op, smddp__stage_t *s, size_t in,
-                              size_t out)
+/* Enqueues the stream's part; see the top of the file. A receive's comes at finish. */
+static smddp_status_t enqueue(smddp__op_t *op, smddp__stage_t *s, size_t in, size_t out)
 {
     cudaStream_t st = (cudaStream_t)op->stream;
-    if (s->elementwise) {
-        size_t bytes = SMDDP_MAX(in, out);
-        const char *src = op->kind == SMDDP_OP_BROADCAST ? op->recvbuf : op->sendbuf;
-        if (in > 0) {
-            for (int i = 0; i < s->nchunks; i++) {
-                size_t off = (size_t)i * s->chunk, n = SMDDP_MIN(s->chunk, bytes - off);
-                TRY(cudaMemcpyAsync(s->host + off, src + off, n, cudaMemcpyDeviceToHost, st));
-                TRY(cudaEventRecord(s->ready[i], st));
-            }
-            s->copied_in = true;
-        }
-        if (out > 0) {
-            for (int i = 0; i < s->nchunks; i++) {
-                size_t off = (size_t)i * s->chunk, n = SMDDP_MIN(s->chunk, bytes - off);
-                int e = smddp__cuda_wait_flag(s->flag_dev, (uint32_t)i + 1, st);
-                if (e != 0) return cuda_fail("the kernel that waits for the host", (cudaError_t)e);
-                TRY(cudaMemcpyAsync((char *)op->recvbuf + off, s->host + off, n,
-                                    cudaMemcpyHostToDevice, st));
-            }
-        }
-    } else if (op->kind == SMDDP_OP_RECV) {
-        /* Its copy to the device goes on the stream when it completes (finish). */
+    const char *src = op->kind == SMDDP_OP_BROADCAST ? op->recvbuf : op->sendbuf;
+    size_t off, n;
+    if (op->kind == SMDDP_OP_RECV) {
         s->dev_dst = op->recvbuf;
-        s->stream = st;
-        s->dst_bytes = out;
         return SMDDP_OK;
-    } else {
-        if (in > 0) {
-            TRY(cudaMemcpyAsync(s->host + s->send_off, op->sendbuf, in, cudaMemcpyDeviceToHost, st));
-            TRY(cudaEventRecord(s->ready[0], st));
-            s->copied_in = true;
+    }
+    if (in > 0) {
+        for (int i = 0; i < s->nchunks; i++) {
+            chunk_of(s, i, in, &off, &n);
+            TRY(cudaMemcpyAsync(s->host + off, src + off, n, cudaMemcpyDeviceToHost, st));
+            TRY(cudaEventRecord(s->ready[i], st));
         }
-        if (out > 0) {
-            int e = smddp__cuda_wait_flag(s->flag_dev, 1, st);
+        s->copied_in = true;
+    }
+    if (out > 0) {
+        for (int i = 0; i < s->nchunks; i++) {
+            chunk_of(s, i, out, &off, &n);
+            int e = smddp__cuda_wait_flag(s->flag_dev, (uint32_t)i + 1, st);
             if (e != 0) return cuda_fail("the kernel that waits for the host", (cudaError_t)e);
-            TRY(cudaMemcpyAsync(op->recvbuf, s->host + s->recv_off, out, cudaMemcpyHostToDevice, st));
+            TRY(cudaMemcpyAsync((char *)op->recvbuf + off, s->host + s->recv_off + off, n,
+                                cudaMemcpyHostToDevice, st));
         }
     }
     TRY(cudaEventRecord(s->done, st));
@@ -345,10 +325,9 @@ smddp_status_t smddp__cuda_stage_prepare(smddp_comm_t comm, smddp__op_t *op)
     } else {
         TRY(cudaGetDevice(&device));
     }
-    bool ew = elementwise(op->kind);
-    size_t chunk = 0, cap;
+    size_t chunk = SIZE_MAX, cap, recv_off = (in + 255) / 256 * 256;
     int nchunks = 1;
-    if (ew) {
+    if (elementwise(op->kind)) {
         size_t bytes = SMDDP_MAX(in, out);
         /* At least 4 KiB, so a tiny setting cannot make millions of chunks. */
         chunk = (size_t)SMDDP_MAX(smddp__params()->cuda_stage_chunk, 4096) / es * es;
@@ -360,39 +339,37 @@ smddp_status_t smddp__cuda_stage_prepare(smddp_comm_t comm, smddp__op_t *op)
             nchunks = (int)n;
         }
         cap = bytes;
+        recv_off = 0; /* in place */
     } else {
-        cap = (in + 255) / 256 * 256 + out;
+        cap = recv_off + out;
     }
 
-    int prev = -1;
-    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
-    TRY(cudaSetDevice(device));
+    int prev;
+    cudaError_t e = enter_device(device, &prev);
     smddp__stage_t *s = NULL;
-    smddp_status_t st = stage_get(comm, device, cap, nchunks, &s);
+    smddp_status_t st = e != cudaSuccess ? cuda_fail("cudaSetDevice", e)
+                                         : stage_get(comm, device, cap, nchunks, &s);
     if (st == SMDDP_OK) {
-        s->elementwise = ew;
         s->nchunks = nchunks;
         s->chunk = chunk;
-        s->send_off = 0;
-        s->recv_off = (in + 255) / 256 * 256;
+        s->recv_off = recv_off;
         s->copied_in = false;
-        s->on_stream = op->kind != SMDDP_OP_RECV;
         s->dev_dst = NULL;
         st = enqueue(op, s, in, out);
-        if (st == SMDDP_OK && (op->kind == SMDDP_OP_SEND || op->kind == SMDDP_OP_RECV)) {
+        if (st == SMDDP_OK) {
+            op->stage = s;
+            op->on_stream = op->kind != SMDDP_OP_RECV;
             /* The send/recv thread moves host memory: point the op at the pinned copy. */
-            op->stage = s;
-            op->on_stream = op->kind == SMDDP_OP_SEND;
-            if (op->kind == SMDDP_OP_SEND) op->sendbuf = s->host;
-            else op->recvbuf = s->host + s->recv_off;
-        } else if (st == SMDDP_OK) {
-            op->stage = s;
-            op->on_stream = true;
-            /*
-             * Its chunks take nchunks sequence numbers; an odd span keeps
-             * consecutive ops on alternate shared-memory descriptor slots.
-             */
-            op->seq_span = (uint32_t)nchunks | 1u;
+            if (op->kind == SMDDP_OP_SEND)
+                op->sendbuf = s->host;
+            else if (op->kind == SMDDP_OP_RECV)
+                op->recvbuf = s->host + s->recv_off;
+            else
+                /*
+                 * Its chunks take nchunks sequence numbers; an odd span keeps
+                 * consecutive ops on alternate shared-memory descriptor slots.
+                 */
+                op->seq_span = (uint32_t)nchunks | 1u;
         } else {
             /*
              * Whatever reached the stream must not wait for ever, and the
@@ -406,7 +383,7 @@ smddp_status_t smddp__cuda_stage_prepare(smddp_comm_t comm, smddp__op_t *op)
             /* else CUDA itself is failing: the buffer is left alone, never reused. */
         }
     }
-    if (prev >= 0 && !smddp__library_thread) cudaSetDevice(prev);
+    leave_device(prev);
     if (st == SMDDP_OK && smddp__log_level() >= SMDDP_LOG_TRACE) {
         char desc[256];
         smddp__op_describe(op, desc, sizeof(desc));
@@ -416,30 +393,35 @@ smddp_status_t smddp__cuda_stage_prepare(smddp_comm_t comm, smddp__op_t *op)
     return st;
 }
 
-static int64_t now_ns(void)
+/*
+ * One look at a copy to the host: SMDDP_OK when done, SMDDP_IN_PROGRESS
+ * before, else an error (a failed copy, or op's deadline passed; what names
+ * the copy in the message).
+ */
+static smddp_status_t poll_copy_in(smddp__op_t *op, cudaEvent_t ev, const char *what)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return SMDDP_OK;
+    if (e != cudaErrorNotReady) return cuda_fail("cudaEventQuery", e);
+    if (op->deadline_ns && smddp__now_ns() > op->deadline_ns)
+        return smddp__error(SMDDP_ERR_TIMEOUT,
+                            "rank %d: %s did not reach host memory before the timeout: its "
+                            "stream is still busy with earlier work",
+                            op->comm->rank, what);
+    return SMDDP_IN_PROGRESS;
 }
 
-/* Waits for a copy to the host, within the op's deadline and unless aborted. */
-static smddp_status_t wait_ready(smddp_comm_t comm, smddp__op_t *op, cudaEvent_t ev, int chunk)
+/* Waits for chunk i's copy to the host, unless the communicator is aborted. */
+static smddp_status_t wait_ready(smddp_comm_t comm, smddp__op_t *op, int i)
 {
+    char what[64];
+    snprintf(what, sizeof(what), "chunk %d of a staged CUDA collective", i);
     for (int polls = 0;; polls++) {
-        cudaError_t e = cudaEventQuery(ev);
-        if (e == cudaSuccess) return SMDDP_OK;
-        if (e != cudaErrorNotReady) return cuda_fail("cudaEventQuery", e);
+        smddp_status_t st = poll_copy_in(op, op->stage->ready[i], what);
+        if (st != SMDDP_IN_PROGRESS) return st;
         if (atomic_load(&comm->aborted))
-            return smddp__error(SMDDP_ERR_ABORTED, "rank %d: aborted while chunk %d of a staged "
-                                "CUDA collective was copied to the host: %s",
-                                comm->rank, chunk, comm->abort_msg);
-        if (op->deadline_ns && now_ns() > op->deadline_ns)
-            return smddp__error(SMDDP_ERR_TIMEOUT,
-                                "rank %d: chunk %d of a staged CUDA collective did not reach host "
-                                "memory before the timeout: the GPU stream is still busy with "
-                                "earlier work",
-                                comm->rank, chunk);
+            return smddp__error(SMDDP_ERR_ABORTED, "rank %d: aborted while %s was copied to the "
+                                "host: %s", comm->rank, what, comm->abort_msg);
         if (polls > 100) {
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
@@ -450,9 +432,11 @@ static smddp_status_t wait_ready(smddp_comm_t comm, smddp__op_t *op, cudaEvent_t
 smddp_status_t smddp__cuda_stage_run(smddp_comm_t comm, smddp__op_t *op)
 {
     smddp__stage_t *s = op->stage;
-    size_t es = smddp_dtype_size(op->dtype);
+    size_t es = smddp_dtype_size(op->dtype), off, n;
+    /* A reduce's non-roots get no result (the host path may use it as scratch). */
+    bool gets = op->recvbuf && (op->kind != SMDDP_OP_REDUCE || op->root == comm->rank);
     for (int i = 0; i < s->nchunks; i++) {
-        if (s->copied_in) SMDDP_CHECK(wait_ready(comm, op, s->ready[i], i));
+        if (s->copied_in) SMDDP_CHECK(wait_ready(comm, op, i));
         smddp__op_t sub;
         memset(&sub, 0, sizeof(sub));
         sub.kind = op->kind;
@@ -465,19 +449,10 @@ smddp_status_t smddp__cuda_stage_run(smddp_comm_t comm, smddp__op_t *op)
         sub.v = op->v;
         sub.deadline_ns = op->deadline_ns;
         sub.comm = comm;
-        if (s->elementwise) {
-            size_t bytes = op->count * es, off = (size_t)i * s->chunk;
-            size_t n = SMDDP_MIN(s->chunk, bytes - off);
-            sub.count = n / es;
-            sub.sendbuf = s->host + off;
-            /* In place; a reduce's non-roots get no result (the host path may use it as scratch). */
-            bool gets = op->kind != SMDDP_OP_REDUCE || op->root == comm->rank;
-            sub.recvbuf = gets ? s->host + off : NULL;
-        } else {
-            sub.count = op->count;
-            sub.sendbuf = op->sendbuf ? s->host + s->send_off : NULL;
-            sub.recvbuf = op->recvbuf ? s->host + s->recv_off : NULL;
-        }
+        chunk_of(s, i, op->count * es, &off, &n);
+        sub.count = elementwise(op->kind) ? n / es : op->count;
+        sub.sendbuf = op->sendbuf ? s->host + off : NULL;
+        sub.recvbuf = gets ? s->host + s->recv_off + off : NULL;
         SMDDP_CHECK(smddp__coll_execute_host(comm, &sub));
         __atomic_store_n(s->flag, (uint32_t)i + 1, __ATOMIC_RELEASE);
     }
@@ -489,18 +464,19 @@ smddp_status_t smddp__cuda_stage_finish(smddp__op_t *op, smddp_status_t st)
     smddp__stage_t *s = op->stage;
     if (!s) return st;
     op->stage = NULL;
-    if (s->dev_dst && st == SMDDP_OK && s->dst_bytes > 0) {
+    size_t bytes = op->count * smddp_dtype_size(op->dtype);
+    if (s->dev_dst && st == SMDDP_OK && bytes > 0) {
         /* A receive: the message to the device, on the stream, before the request is done. */
-        int prev = -1;
-        if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
-        cudaError_t e = cudaSetDevice(s->device);
+        int prev;
+        cudaStream_t stream = (cudaStream_t)op->stream;
+        cudaError_t e = enter_device(s->device, &prev);
         if (e == cudaSuccess)
-            e = cudaMemcpyAsync(s->dev_dst, s->host + s->recv_off, s->dst_bytes,
-                                cudaMemcpyHostToDevice, s->stream);
-        if (e == cudaSuccess) e = cudaEventRecord(s->done, s->stream);
+            e = cudaMemcpyAsync(s->dev_dst, s->host + s->recv_off, bytes, cudaMemcpyHostToDevice,
+                                stream);
+        if (e == cudaSuccess) e = cudaEventRecord(s->done, stream);
         if (e == cudaSuccess) s->used = true;
         else st = cuda_fail("copying a received message to the device", e);
-        if (prev >= 0 && !smddp__library_thread) cudaSetDevice(prev);
+        leave_device(prev);
     }
     __atomic_store_n(s->flag, UINT32_MAX, __ATOMIC_RELEASE);
     stage_put(op->comm, s);
@@ -516,18 +492,11 @@ smddp_status_t smddp__cuda_stage_ready(smddp__op_t *op)
 {
     smddp__stage_t *s = op->stage;
     if (!s || !s->copied_in) return SMDDP_OK;
-    cudaError_t e = cudaEventQuery(s->ready[0]);
-    if (e == cudaSuccess) {
-        s->copied_in = false; /* no need to ask again */
-        return SMDDP_OK;
-    }
-    if (e != cudaErrorNotReady) return cuda_fail("cudaEventQuery", e);
-    if (op->deadline_ns && now_ns() > op->deadline_ns)
-        return smddp__error(SMDDP_ERR_TIMEOUT,
-                            "rank %d: a send of CUDA memory to rank %d did not reach host memory "
-                            "before the timeout: its stream is still busy with earlier work",
-                            op->comm->rank, op->root);
-    return SMDDP_IN_PROGRESS;
+    char what[64];
+    snprintf(what, sizeof(what), "a send of CUDA memory to rank %d", op->root);
+    smddp_status_t st = poll_copy_in(op, s->ready[0], what);
+    if (st == SMDDP_OK) s->copied_in = false; /* no need to ask again */
+    return st;
 }
 
 void smddp__cuda_stage_teardown(smddp_comm_t comm)
@@ -544,12 +513,6 @@ void smddp__cuda_stage_teardown(smddp_comm_t comm)
 }
 
 #else /* !SMDDP_HAVE_CUDA */
-
-smddp_status_t smddp__cuda_stage_agree(smddp_comm_t comm)
-{
-    (void)comm;
-    return SMDDP_OK;
-}
 
 bool smddp__cuda_staged(smddp_comm_t comm, const smddp__op_t *op)
 {

@@ -18,13 +18,6 @@
 bool smddp__cuda_staged(smddp_comm_t comm, const smddp__op_t *op);
 
 /*
- * Under SMDDP_CUDA_NET=auto, before a communicator spanning nodes issues its
- * first CUDA collective: every rank learns whether NCCL loads on all of
- * them (a host allreduce), so that all route alike. Idempotent.
- */
-smddp_status_t smddp__cuda_stage_agree(smddp_comm_t comm);
-
-/*
  * At issue, on the caller's thread, before smddp__submit: for a staged op,
  * enqueues its copies and waits on op->stream and sets op->stage and
  * op->seq_span (the sequence numbers its chunks take). Otherwise does nothing.

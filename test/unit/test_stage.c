@@ -30,6 +30,16 @@ static void *dev(size_t bytes)
     return p;
 }
 
+/* A new stream, and attributes for CUDA memory on it. */
+static smddp_coll_attr_t cuda_attr(cudaStream_t *st)
+{
+    cudaStreamCreate(st);
+    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+    attr.mem_type = SMDDP_MEM_CUDA;
+    attr.stream = *st;
+    return attr;
+}
+
 /* Copies a device buffer back after the stream's work so far, and compares. */
 static void expect(cudaStream_t st, const int32_t *want, const int32_t *d, size_t n,
                    const char *what, int rank)
@@ -56,10 +66,7 @@ static void colls_rank(smddp_comm_t comm, int rank, int size, void *arg)
     const size_t n = 10007; /* int32: 10 chunks of 4096 bytes */
     const int root = size - 1;
     cudaStream_t st;
-    cudaStreamCreate(&st);
-    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
-    attr.mem_type = SMDDP_MEM_CUDA;
-    attr.stream = st;
+    smddp_coll_attr_t attr = cuda_attr(&st);
     size_t all = n * (size_t)size;
     int32_t *mine = malloc(all * 4), *want = malloc(all * 4);
     for (size_t i = 0; i < all; i++) mine[i] = val(rank, i);
@@ -196,10 +203,7 @@ static void p2p_rank(smddp_comm_t comm, int rank, int size, void *arg)
 {
     (void)arg;
     cudaStream_t st;
-    cudaStreamCreate(&st);
-    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
-    attr.mem_type = SMDDP_MEM_CUDA;
-    attr.stream = st;
+    smddp_coll_attr_t attr = cuda_attr(&st);
     const size_t sizes[] = {1, 300001};
     for (int k = 0; k < 2; k++) {
         size_t n = sizes[k];
@@ -257,10 +261,7 @@ static void failure_rank(smddp_comm_t comm, int rank, int size, void *arg)
     (void)arg;
     (void)size;
     cudaStream_t st;
-    cudaStreamCreate(&st);
-    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
-    attr.mem_type = SMDDP_MEM_CUDA;
-    attr.stream = st;
+    smddp_coll_attr_t attr = cuda_attr(&st);
     size_t n = 5000;
     int32_t *d = dev(n * 4), *h = calloc(n, 4);
     if (rank == 0) {
