@@ -217,6 +217,7 @@ static bool progress_remote(smddp_comm_t comm)
                 snprintf(msg, sizeof(msg), "%s; later messages between these two ranks cannot "
                          "be matched, so the communicator is aborted", smddp__last_error());
                 smddp__comm_abort(comm, SMDDP_ERR_MISMATCH, msg);
+                smddp__comm_publish_abort(comm);
                 result = smddp__error_quiet(SMDDP_ERR_MISMATCH, "%s", msg);
             }
             complete_remote(comm, r, result);
@@ -553,6 +554,7 @@ static void abort_all(smddp_comm_t comm, smddp_status_t st)
 {
     SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
     smddp__comm_abort(comm, st, smddp__last_error());
+    smddp__comm_publish_abort(comm); /* ranks on other nodes learn of it through the store */
     fail_all(comm, st);
 }
 

@@ -20,12 +20,10 @@
 #include "comm.h"
 #include "transport/ofi.h"
 #include "harness.h"
-#include "reduce/half.h"
+#include "values.h"
 
 static const int64_t sizes[] = {0, 1, 7, 4097, 300000};
 #define NSIZES (int)(sizeof(sizes) / sizeof(sizes[0]))
-
-static bool is_float(smddp_dtype_t t) { return t >= SMDDP_FLOAT16; }
 
 /* The value rank r contributes at element i (exact in every dtype). */
 static double input_value(int r, int64_t i, smddp_op_t op)
@@ -37,92 +35,17 @@ static double input_value(int r, int64_t i, smddp_op_t op)
     return (double)((i * 7 + r * 13 + 3) % 17) - 8.0;
 }
 
-static void store_value(void *buf, smddp_dtype_t t, int64_t i, double v)
-{
-    switch (t) {
-    case SMDDP_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case SMDDP_UINT8: ((uint8_t *)buf)[i] = (uint8_t)(int)(v + 8); break;
-    case SMDDP_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case SMDDP_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case SMDDP_FLOAT16: ((uint16_t *)buf)[i] = smddp__fp32_to_fp16((float)(v * 0.5)); break;
-    case SMDDP_BFLOAT16: ((uint16_t *)buf)[i] = smddp__fp32_to_bf16((float)(v * 0.5)); break;
-    case SMDDP_FLOAT32: ((float *)buf)[i] = (float)(v * 0.5); break;
-    case SMDDP_FLOAT64: ((double *)buf)[i] = v * 0.5; break;
-    default: break;
-    }
-}
-
-/* What store_value stored, as a double or integer. */
-static double stored(smddp_dtype_t t, double v)
-{
-    if (t == SMDDP_UINT8) return v + 8;
-    return is_float(t) ? v * 0.5 : v;
-}
-
-static double load_value(const void *buf, smddp_dtype_t t, int64_t i)
-{
-    switch (t) {
-    case SMDDP_INT8: return ((const int8_t *)buf)[i];
-    case SMDDP_UINT8: return ((const uint8_t *)buf)[i];
-    case SMDDP_INT32: return ((const int32_t *)buf)[i];
-    case SMDDP_INT64: return (double)((const int64_t *)buf)[i];
-    case SMDDP_FLOAT16: return smddp__fp16_to_fp32(((const uint16_t *)buf)[i]);
-    case SMDDP_BFLOAT16: return smddp__bf16_to_fp32(((const uint16_t *)buf)[i]);
-    case SMDDP_FLOAT32: return ((const float *)buf)[i];
-    case SMDDP_FLOAT64: return ((const double *)buf)[i];
-    default: return 0;
-    }
-}
-
 /* Reduction of every rank's input at element i, in rank order. */
 static double expected_value(smddp_dtype_t t, smddp_op_t op, int size, int64_t i, double premul)
 {
-    double acc = 0;
-    int64_t iacc = 0;
-    for (int r = 0; r < size; r++) {
-        double v = stored(t, input_value(r, i, op));
-        int64_t iv = (int64_t)v;
-        if (op == SMDDP_PREMUL_SUM) v *= premul;
-        if (r == 0) {
-            acc = v;
-            iacc = iv;
-            continue;
-        }
-        switch (op) {
-        case SMDDP_SUM: case SMDDP_AVG: case SMDDP_PREMUL_SUM: acc += v; break;
-        case SMDDP_PROD: acc *= v; break;
-        case SMDDP_MIN: acc = v < acc ? v : acc; break;
-        case SMDDP_MAX: acc = v > acc ? v : acc; break;
-        case SMDDP_BAND: iacc &= iv; break;
-        case SMDDP_BOR: iacc |= iv; break;
-        case SMDDP_BXOR: iacc ^= iv; break;
-        default: break;
-        }
-    }
-    if (op == SMDDP_BAND || op == SMDDP_BOR || op == SMDDP_BXOR) {
-        if (t == SMDDP_INT8) return (int8_t)iacc;
-        if (t == SMDDP_UINT8) return (uint8_t)iacc;
-        return (double)iacc;
-    }
-    if (op == SMDDP_AVG) {
-        if (is_float(t)) {
-            /* Divided in the accumulation type, then rounded once. */
-            if (t == SMDDP_FLOAT64) return acc / size;
-            float f = (float)acc / (float)size;
-            if (t == SMDDP_FLOAT16) return smddp__fp16_to_fp32(smddp__fp32_to_fp16(f));
-            if (t == SMDDP_BFLOAT16) return smddp__bf16_to_fp32(smddp__fp32_to_bf16(f));
-            return f;
-        }
-        return (double)((int64_t)acc / size);
-    }
-    if (t == SMDDP_UINT8) return (uint8_t)(int64_t)acc;
-    if (t == SMDDP_INT8) return (int8_t)(int64_t)acc;
-    return acc;
+    double v[64];
+    for (int r = 0; r < size; r++) v[r] = tv_stored(t, input_value(r, i, op));
+    return tv_reduce(t, op, v, size, premul);
 }
 
 static void fill(void *buf, smddp_dtype_t t, smddp_op_t op, int r, int64_t n, int64_t offset)
 {
-    for (int64_t i = 0; i < n; i++) store_value(buf, t, i, input_value(r, i + offset, op));
+    for (int64_t i = 0; i < n; i++) tv_store(buf, t, i, input_value(r, i + offset, op));
 }
 
 /* Every rank's result bytes must be identical: allgather a checksum and compare. */
@@ -142,19 +65,12 @@ static void check_identical(smddp_comm_t comm, const void *buf, size_t bytes)
 static const smddp_op_t all_ops[] = {SMDDP_SUM,  SMDDP_PROD,       SMDDP_MIN,  SMDDP_MAX, SMDDP_AVG,
                                      SMDDP_PREMUL_SUM, SMDDP_BAND, SMDDP_BOR, SMDDP_BXOR};
 
-static bool op_valid(smddp_dtype_t t, smddp_op_t op)
-{
-    if (op == SMDDP_PREMUL_SUM) return is_float(t);
-    if (op == SMDDP_BAND || op == SMDDP_BOR || op == SMDDP_BXOR) return !is_float(t);
-    return true;
-}
-
 static void check_result(const void *buf, smddp_dtype_t t, smddp_op_t op, int size, int64_t n,
                          int64_t offset, double premul, const char *what)
 {
     for (int64_t i = 0; i < n; i++) {
         double want = expected_value(t, op, size, i + offset, premul);
-        double got = load_value(buf, t, i);
+        double got = tv_load(buf, t, i);
         H_CHECK(got == want, "%s %s %s n=%lld: element %lld is %g, expected %g", what,
                 smddp_dtype_name(t), smddp_op_name(op), (long long)n, (long long)i, got, want);
     }
@@ -170,7 +86,7 @@ static void allreduce_rank(smddp_comm_t comm, int rank, int size, void *arg)
         size_t es = smddp_dtype_size(dt);
         for (size_t o = 0; o < sizeof(all_ops) / sizeof(all_ops[0]); o++) {
             smddp_op_t op = all_ops[o];
-            if (!op_valid(dt, op)) continue;
+            if (!tv_op_valid(dt, op)) continue;
             for (int s = 0; s < NSIZES; s++) {
                 int64_t n = sizes[s];
                 /* The big size only for a few dtype/op pairs, to keep the run short. */
@@ -1085,6 +1001,50 @@ static void test_nodes_p2p_stuck_peer(void **state)
     run_nodes_env(3, 1, p2p_stuck_peer_rank, "SMDDP_TIMEOUT=2");
 }
 
+/*
+ * A send/recv failure that aborts a communicator must reach the ranks on
+ * other nodes at once, as a collective's does. Rank 1 gets a message larger
+ * than its receive, which aborts its communicator (tcp;ofi_rxm cannot match
+ * what follows); it stays alive, so only the abort can tell the others. Rank
+ * 0 then waits for a message from rank 1 and rank 2 for an allreduce's: both
+ * must fail with rank 1's message within seconds, long before SMDDP_TIMEOUT (60 s here).
+ */
+static void p2p_abort_spreads_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    int32_t big[64] = {0}, small[4], x = rank;
+    int64_t t0 = smddp__now_ns();
+    smddp_status_t st;
+    const char *want = "rank 1";
+    if (rank == 1) {
+        st = smddp_recv(comm, small, 4, SMDDP_INT32, 0, 5, NULL, NULL);
+        H_CHECK(st == SMDDP_ERR_MISMATCH, "the cut-off receive returned %s: %s",
+                smddp_status_string(st), smddp_get_last_error(NULL));
+        sleep(6); /* alive, but gone from the communicator */
+        return;
+    }
+    if (rank == 0) {
+        H_OK(smddp_send(comm, big, 64, SMDDP_INT32, 1, 5, NULL, NULL));
+        st = smddp_recv(comm, &x, 1, SMDDP_INT32, 1, 6, NULL, NULL);
+    } else {
+        st = smddp_allreduce(comm, &x, &x, 1, SMDDP_INT32, SMDDP_SUM, NULL, NULL);
+    }
+    double took = (double)(smddp__now_ns() - t0) / 1e9;
+    const char *msg = smddp_get_last_error(NULL);
+    H_CHECK(st == SMDDP_ERR_ABORTED, "rank %d: %s returned %s: %s", rank,
+            rank == 0 ? "recv" : "allreduce", smddp_status_string(st), msg);
+    H_CHECK(strstr(msg, want) && strstr(msg, "larger than"), "rank %d: \"%s\" does not say "
+            "what failed on rank 1", rank, msg);
+    H_CHECK(took < 4.0, "rank %d learnt of rank 1's abort after %.2f s", rank, took);
+}
+
+static void test_nodes_p2p_abort_spreads(void **state)
+{
+    (void)state;
+    run_nodes_env(3, 1, p2p_abort_spreads_rank, "SMDDP_TIMEOUT=60");
+}
+
 static void test_nodes_p2p(void **state)
 {
     (void)state;
@@ -1178,6 +1138,7 @@ int main(void)
         cmocka_unit_test(test_nodes_callbacks_2x1),
         cmocka_unit_test(test_nodes_p2p),
         cmocka_unit_test(test_nodes_p2p_stuck_peer),
+        cmocka_unit_test(test_nodes_p2p_abort_spreads),
         cmocka_unit_test(test_nodes_any_source),
         cmocka_unit_test(test_nodes_what_mismatch),
         cmocka_unit_test(test_nodes_mismatch),
