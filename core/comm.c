@@ -15,6 +15,7 @@
 #include "cuda/stage.h"
 #include "param.h"
 #include "transport/ofi.h"
+#include "transport/watch.h"
 #include "transport/shm.h"
 
 #define HOSTNAME_MAX 256
@@ -257,6 +258,7 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     SMDDP_CHECK_GOTO(discover_topology(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__shm_setup(comm), st, fail);
     if (comm->node_count > 1) SMDDP_CHECK_GOTO(smddp__ofi_setup(comm), st, fail_shm);
+    if (comm->node_count > 1) SMDDP_CHECK_GOTO(smddp__watch_open(comm), st, fail_shm);
     SMDDP_CHECK_GOTO(smddp__sched_start(comm), st, fail_shm);
 
     atomic_fetch_add(&store->refs, 1);
@@ -272,6 +274,7 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     return SMDDP_OK;
 
 fail_shm:
+    smddp__watch_close(comm);
     smddp__ofi_teardown(comm);
     smddp__shm_teardown(comm);
 fail:
@@ -356,6 +359,16 @@ bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns, int waitin
     }
     if (now_ns - last < REMOTE_ABORT_POLL_NS) return false;
     atomic_store(&comm->remote_abort_polled_ns, now_ns);
+    int dead = smddp__watch_dead(comm, now_ns);
+    if (dead >= 0) {
+        char msg[SMDDP_ERRMSG_MAX];
+        snprintf(msg, sizeof(msg), "rank %d died: its process ended (rank %d's liveness "
+                 "connection to it was reset) without destroying its communicator", dead,
+                 comm->rank);
+        smddp__comm_abort(comm, SMDDP_ERR_PEER_LOST, msg);
+        smddp__comm_publish_abort(comm);
+        return true;
+    }
     char key[320];
     int64_t count = 0;
     void *v = NULL;
@@ -398,6 +411,8 @@ smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
 {
     smddp__sched_stop(comm);
     smddp__p2p_stop(comm);
+    /* The threads that look at the watch are gone; the rank watching this one gets a goodbye. */
+    smddp__watch_close(comm);
     smddp__nccl_teardown(comm);
     smddp__cuda_stage_teardown(comm);
     smddp__cuda_teardown(comm);

@@ -72,6 +72,7 @@ typedef struct smddp__store_ref {
 typedef struct smddp__shm smddp__shm_t;
 typedef struct smddp__p2p smddp__p2p_t;
 typedef struct smddp__ofi smddp__ofi_t;
+typedef struct smddp__watch smddp__watch_t;
 typedef struct smddp__stage smddp__stage_t;
 
 struct smddp_comm {
@@ -98,6 +99,7 @@ struct smddp_comm {
     smddp__p2p_t *p2p;       /* send/recv engine, started on first use */
     struct smddp__ofi *ofi;  /* network transport, when the comm spans nodes */
     struct smddp__ofi *ofi_p2p; /* its send/recv endpoint, driven by the p2p thread */
+    smddp__watch_t *watch;      /* liveness of the next rank, when the comm spans nodes */
     /*
      * Set by an op that has network transfers in flight while it waits in
      * shared memory: every shm wait calls it between polls (and sleeps at

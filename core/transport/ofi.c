@@ -4,6 +4,7 @@
 
 #include <sched.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -270,6 +271,22 @@ smddp_status_t smddp__ofi_setup(smddp_comm_t comm)
 bool smddp__ofi_hmem(smddp_comm_t comm)
 {
     return comm->ofi && comm->ofi->hmem;
+}
+
+bool smddp__ofi_sockaddr(smddp_comm_t comm, int rank, struct sockaddr_storage *addr, unsigned *len)
+{
+    smddp__ofi_t *o = comm->ofi;
+    if (!o) return false;
+    uint32_t f = o->info->addr_format;
+    if (f != FI_SOCKADDR && f != FI_SOCKADDR_IN && f != FI_SOCKADDR_IN6) return false;
+    size_t n = sizeof(*addr);
+    memset(addr, 0, sizeof(*addr));
+    int rc = rank == comm->rank ? fi_getname(&o->ep->fid, addr, &n)
+                                : fi_av_lookup(o->av, o->addrs[rank], addr, &n);
+    if (rc != 0 || n > sizeof(*addr)) return false;
+    if (addr->ss_family != AF_INET && addr->ss_family != AF_INET6) return false;
+    *len = (unsigned)n;
+    return true;
 }
 
 void smddp__ofi_teardown(smddp_comm_t comm)
@@ -603,6 +620,11 @@ const char *smddp__ofi_provider(smddp_comm_t comm)
 {
     (void)comm;
     return NULL;
+}
+bool smddp__ofi_sockaddr(smddp_comm_t comm, int rank, struct sockaddr_storage *addr, unsigned *len)
+{
+    (void)comm, (void)rank, (void)addr, (void)len;
+    return false;
 }
 smddp_status_t smddp__ofi_setup(smddp_comm_t comm)
 {

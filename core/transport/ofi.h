@@ -44,6 +44,14 @@ void smddp__ofi_mr_stats(smddp_comm_t comm, uint64_t *hits, uint64_t *misses, bo
 /* The provider in use, e.g. "tcp;ofi_rxm" (NULL before setup). */
 const char *smddp__ofi_provider(smddp_comm_t comm);
 
+/*
+ * The IP address (with the endpoint's port) of rank's collective endpoint,
+ * when the provider's addresses are IP socket addresses (tcp); false if not.
+ */
+struct sockaddr_storage;
+bool smddp__ofi_sockaddr(smddp_comm_t comm, int rank, struct sockaddr_storage *addr,
+                         unsigned *len);
+
 /* One posted transfer, in the caller's memory until smddp__ofi_wait returns. */
 typedef struct smddp__ofi_xfer {
     void *ctx[8];          /* libfabric's operation context (struct fi_context2) */

@@ -7,6 +7,7 @@
  * fixed is checked by comparing result bytes across ranks.
  */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -1045,6 +1046,66 @@ static void test_nodes_p2p_abort_spreads(void **state)
     run_nodes_env(3, 1, p2p_abort_spreads_rank, "SMDDP_TIMEOUT=60");
 }
 
+/*
+ * A rank alone on its node that dies: nobody shares its memory to notice, so
+ * the rank before it notices through the liveness connection it keeps to it
+ * (transport/watch.c), and everyone fails within seconds naming it, not
+ * after SMDDP_TIMEOUT (60 s here).
+ */
+static void lone_rank_killed_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    int32_t x = rank;
+    H_OK(smddp_allreduce(comm, &x, &x, 1, SMDDP_INT32, SMDDP_SUM, NULL, NULL));
+    if (rank == 1) raise(SIGKILL);
+    usleep(300 * 1000);
+    int64_t t0 = smddp__now_ns();
+    smddp_status_t st = smddp_allreduce(comm, &x, &x, 1, SMDDP_INT32, SMDDP_SUM, NULL, NULL);
+    double took = (double)(smddp__now_ns() - t0) / 1e9;
+    const char *msg = smddp_get_last_error(NULL);
+    H_CHECK(st == SMDDP_ERR_ABORTED || st == SMDDP_ERR_PEER_LOST,
+            "rank %d: the allreduce returned %s: %s", rank, smddp_status_string(st), msg);
+    H_CHECK(strstr(msg, "rank 1"), "rank %d: \"%s\" does not name rank 1", rank, msg);
+    H_CHECK(took < 10.0, "rank %d learnt of rank 1's death after %.2f s", rank, took);
+}
+
+static void test_nodes_lone_rank_killed(void **state)
+{
+    (void)state;
+    harness_opts_t opts = {.timeout_s = 120, .ranks_per_node = 1, .env = "SMDDP_TIMEOUT=60"};
+    opts.expect_signal[1] = SIGKILL;
+    assert_int_equal(harness_run(3, lone_rank_killed_rank, NULL, &opts), 0);
+}
+
+/*
+ * A rank that destroys its communicator and leaves is not taken for dead:
+ * the rank watching it (rank 0) waits meanwhile, for longer than the watch's
+ * grace, in a receive from rank 2, which must succeed.
+ */
+static void clean_leave_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    int32_t x = rank;
+    H_OK(smddp_allreduce(comm, &x, &x, 1, SMDDP_INT32, SMDDP_SUM, NULL, NULL));
+    if (rank == 1) return; /* the harness destroys the communicator; the process exits */
+    if (rank == 2) {
+        sleep(4);
+        H_OK(smddp_send(comm, &x, 1, SMDDP_INT32, 0, 9, NULL, NULL));
+    } else {
+        int32_t y = -1;
+        H_OK(smddp_recv(comm, &y, 1, SMDDP_INT32, 2, 9, NULL, NULL));
+        H_CHECK(y == 3, "got %d", y);
+    }
+}
+
+static void test_nodes_clean_leave_not_death(void **state)
+{
+    (void)state;
+    run_nodes_env(3, 1, clean_leave_rank, "SMDDP_TIMEOUT=60");
+}
+
 static void test_nodes_p2p(void **state)
 {
     (void)state;
@@ -1139,6 +1200,8 @@ int main(void)
         cmocka_unit_test(test_nodes_p2p),
         cmocka_unit_test(test_nodes_p2p_stuck_peer),
         cmocka_unit_test(test_nodes_p2p_abort_spreads),
+        cmocka_unit_test(test_nodes_lone_rank_killed),
+        cmocka_unit_test(test_nodes_clean_leave_not_death),
         cmocka_unit_test(test_nodes_any_source),
         cmocka_unit_test(test_nodes_what_mismatch),
         cmocka_unit_test(test_nodes_mismatch),

@@ -1,0 +1,34 @@
+/*
+ * Liveness across nodes (watch.c): each rank of a communicator that spans
+ * nodes keeps a TCP connection to the next rank's listening socket. A rank
+ * whose process ends closes that socket: the rank before it sees the
+ * connection reset, unless it first got a goodbye (the rank destroyed its
+ * communicator). Without this, a rank alone on its node that died left the
+ * others waiting for SMDDP_TIMEOUT: nothing else on the network tells.
+ */
+#ifndef SMDDP_TRANSPORT_WATCH_H
+#define SMDDP_TRANSPORT_WATCH_H
+
+#include "../comm.h"
+
+/*
+ * Listens, publishes the port through the store, connects to the next rank.
+ * Never fails the communicator: where the provider's addresses are not IP
+ * (efa) or a step fails, the watch is off for this rank (INFO says why).
+ */
+smddp_status_t smddp__watch_open(smddp_comm_t comm);
+
+/* Says goodbye to whoever watches this rank, then closes everything. */
+void smddp__watch_close(smddp_comm_t comm);
+
+/*
+ * The rank this rank watches if its connection broke without a goodbye at
+ * least SMDDP__WATCH_GRACE_NS ago, else -1. The grace lets a rank that ended
+ * right after its last transfer (a script that exits without destroying the
+ * group) finish what it sent before anyone calls it dead.
+ */
+int smddp__watch_dead(smddp_comm_t comm, int64_t now_ns);
+
+#define SMDDP__WATCH_GRACE_NS (2000 * 1000000LL)
+
+#endif /* SMDDP_TRANSPORT_WATCH_H */
