@@ -359,13 +359,13 @@ bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns, int waitin
     }
     if (now_ns - last < REMOTE_ABORT_POLL_NS) return false;
     atomic_store(&comm->remote_abort_polled_ns, now_ns);
-    int dead = smddp__watch_dead(comm, now_ns);
+    saved_error_t before;
+    char gone[SMDDP_ERRMSG_MAX];
+    save_error(&before);
+    int dead = smddp__watch_dead(comm, now_ns, waiting_for, gone, sizeof(gone));
+    restore_error(&before);
     if (dead >= 0) {
-        char msg[SMDDP_ERRMSG_MAX];
-        snprintf(msg, sizeof(msg), "rank %d died: its process ended (rank %d's liveness "
-                 "connection to it was reset) without destroying its communicator", dead,
-                 comm->rank);
-        smddp__comm_abort(comm, SMDDP_ERR_PEER_LOST, msg);
+        smddp__comm_abort(comm, SMDDP_ERR_PEER_LOST, gone);
         smddp__comm_publish_abort(comm);
         return true;
     }

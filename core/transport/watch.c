@@ -1,25 +1,32 @@
 /*
  * Liveness across nodes; see watch.h.
  *
- * Rank r listens on the IP address of its libfabric endpoint and rank r - 1
- * connects to it at communicator creation. Nothing is ever sent but one
- * byte, 'B', when rank r destroys its communicator: it accepts the waiting
- * connection, says goodbye and closes. When rank r's process ends any other
- * way, its kernel closes the listening socket and resets the connection
- * still in its queue, which rank r - 1 sees as end-of-file or a reset.
+ * Every rank listens on the IP address of its libfabric endpoint and
+ * publishes the port. Rank r - 1 connects to rank r at communicator
+ * creation (so every rank has a watcher), and a rank that waits for a rank
+ * on another node connects to that one too, the first time it asks. Nothing
+ * is ever sent on these connections but one byte, 'B', when the watched rank
+ * destroys its communicator: it accepts the connections waiting in its
+ * queue, says goodbye and closes. When the watched rank's process ends any
+ * other way, its kernel closes the listening socket and resets the
+ * connections still queued there, which the watchers see as end-of-file or
+ * a reset.
  *
- * Rank r - 1 looks at the connection only while one of its operations waits
- * for another node (smddp__comm_poll_remote_abort, twice a second), and
- * calls rank r dead only SMDDP__WATCH_GRACE_NS after the reset, so that the
- * last transfers of a rank that simply exited still land. It then aborts the
+ * Watchers look only while one of their operations waits for another node
+ * (smddp__comm_poll_remote_abort, twice a second), and call a rank dead only
+ * SMDDP__WATCH_GRACE_NS after the reset, so that the last transfers of a
+ * rank that simply exited still land. The watcher then aborts the
  * communicator and publishes why through the store, so that every rank
  * learns it within a poll.
  *
  * The watch never fails anything by itself: a connection that cannot be made
- * turns it off (no false deaths), and a silent connection means nothing.
+ * turns that watch off (no false deaths), and a silent connection means
+ * nothing. An on-demand connection waits in the watched rank's accept queue
+ * until it destroys its communicator; beyond the queue's length, connects
+ * just stay pending, which is harmless.
  */
 #include <errno.h>
-#include <fcntl.h>
+#include <stdbool.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -32,90 +39,155 @@
 #include "ofi.h"
 #include "watch.h"
 
+#define CONNECT_WAIT_MS 2000
+#define LISTEN_QUEUE 64
+
+enum { W_NONE, W_CONNECTING, W_UP, W_OFF };
+
+typedef struct watched {
+    int fd;
+    int state;
+    int64_t reset_ns; /* when the connection broke without a goodbye (0: it has not) */
+    bool refused;     /* it broke by being refused: the rank was gone before it was watched */
+} watched_t;
+
 struct smddp__watch {
-    pthread_mutex_t lock; /* checks come from the progress, p2p and callers' threads */
-    int listen_fd;        /* watched by the previous rank */
-    int fd;               /* to the next rank's listening socket; -1: not watching */
-    int next;
-    bool established;
-    int64_t reset_ns;     /* when the connection broke without a goodbye (0: it has not) */
+    pthread_mutex_t lock; /* looks come from the progress, p2p and callers' threads */
+    int listen_fd;        /* -1: this rank cannot be watched */
+    watched_t *peers;     /* per rank */
 };
 
-static void watch_off(smddp__watch_t *w, const char *why, int err)
+static void watch_off(watched_t *p, int rank, const char *why, int err)
 {
-    SMDDP_INFO("liveness watch of rank %d off: %s%s%s", w->next, why, err ? ": " : "",
+    SMDDP_INFO("liveness watch of rank %d off: %s%s%s", rank, why, err ? ": " : "",
                err ? strerror(err) : "");
-    if (w->fd >= 0) close(w->fd);
-    w->fd = -1;
+    if (p->fd >= 0) close(p->fd);
+    p->fd = -1;
+    p->state = W_OFF;
 }
 
-#define CONNECT_WAIT_MS 2000
+/* Looks at the connection to rank once (lock held). */
+static void look(watched_t *p, int rank, int64_t now_ns)
+{
+    struct pollfd pfd = {.fd = p->fd, .events = p->state == W_UP ? POLLIN : POLLOUT};
+    if (poll(&pfd, 1, 0) <= 0) return;
+    if (p->state == W_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        if (err == ECONNRESET || err == EPIPE) {
+            p->reset_ns = now_ns; /* it answered, then went */
+        } else if (err == ECONNREFUSED) {
+            /* Its host answered, but nothing listens on its port any more. */
+            p->reset_ns = now_ns;
+            p->refused = true;
+        } else if (err) {
+            /* Never connected (no route, no answer): not a death. */
+            watch_off(p, rank, "connect", err);
+        } else {
+            p->state = W_UP;
+        }
+        return;
+    }
+    char c;
+    ssize_t n = recv(p->fd, &c, 1, MSG_DONTWAIT);
+    if (n == 1 && c == 'B') {
+        SMDDP_TRACE("rank %d destroyed its communicator", rank);
+        close(p->fd);
+        p->fd = -1;
+        p->state = W_OFF;
+    } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        p->reset_ns = now_ns;
+    }
+}
 
-static void look(smddp__watch_t *w, int64_t now_ns);
+/* Starts watching rank (lock held); wait_ms: how long to wait for the connection. */
+static void watch(smddp_comm_t comm, int rank, int wait_ms)
+{
+    watched_t *p = &comm->watch->peers[rank];
+    struct sockaddr_storage addr;
+    socklen_t len;
+    p->state = W_OFF;
+    if (!smddp__ofi_sockaddr(comm, rank, &addr, &len)) return;
+    char key[320];
+    void *v = NULL;
+    size_t vlen = 0;
+    snprintf(key, sizeof(key), "%s/watch/%d", comm->prefix, rank);
+    if (smddp__store_get(comm->store, key, comm->timeout_ms, &v, &vlen) != SMDDP_OK) {
+        watch_off(p, rank, "its port is not in the store", 0);
+        smddp__clear_error();
+        return;
+    }
+    long port = vlen > 0 && vlen < 16 && ((char *)v)[vlen - 1] == '\0' ? strtol(v, NULL, 10) : 0;
+    free(v);
+    if (port <= 0 || port > 65535) {
+        watch_off(p, rank, "it cannot listen", 0);
+        return;
+    }
+    ((struct sockaddr_in *)&addr)->sin_port = htons((uint16_t)port); /* same field in IPv6 */
+    p->fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (p->fd < 0) {
+        watch_off(p, rank, "socket", errno);
+        return;
+    }
+    p->state = W_CONNECTING;
+    if (connect(p->fd, (struct sockaddr *)&addr, len) != 0 && errno != EINPROGRESS) {
+        if (errno == ECONNREFUSED) {
+            p->reset_ns = smddp__now_ns();
+            p->refused = true;
+        } else {
+            watch_off(p, rank, "connect", errno);
+        }
+        return;
+    }
+    /* It listens already (it published the port after listen): one round trip. */
+    struct pollfd pfd = {.fd = p->fd, .events = POLLOUT};
+    if (wait_ms > 0 && poll(&pfd, 1, wait_ms) == 1) look(p, rank, smddp__now_ns());
+    SMDDP_TRACE("rank %d watches rank %d on port %ld", comm->rank, rank, port);
+}
 
 smddp_status_t smddp__watch_open(smddp_comm_t comm)
 {
     if (comm->node_count < 2 || comm->size < 2) return SMDDP_OK;
     smddp__watch_t *w = calloc(1, sizeof(*w));
-    if (!w) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the liveness watch");
+    watched_t *peers = calloc((size_t)comm->size, sizeof(*peers));
+    if (!w || !peers) {
+        free(w);
+        free(peers);
+        return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the liveness watch");
+    }
     pthread_mutex_init(&w->lock, NULL);
-    w->listen_fd = w->fd = -1;
-    w->next = (comm->rank + 1) % comm->size;
+    for (int r = 0; r < comm->size; r++) peers[r].fd = -1;
+    w->peers = peers;
+    w->listen_fd = -1;
     comm->watch = w;
 
-    struct sockaddr_storage me, peer;
-    socklen_t me_len, peer_len;
-    if (!smddp__ofi_sockaddr(comm, comm->rank, &me, &me_len) ||
-        !smddp__ofi_sockaddr(comm, w->next, &peer, &peer_len)) {
-        watch_off(w, "the network provider's addresses are not IP addresses", 0);
-        return SMDDP_OK;
+    struct sockaddr_storage me;
+    socklen_t len;
+    unsigned port = 0;
+    if (!smddp__ofi_sockaddr(comm, comm->rank, &me, &len)) {
+        SMDDP_INFO("no liveness watch across nodes: the network provider's addresses are not "
+                   "IP addresses");
+    } else {
+        ((struct sockaddr_in *)&me)->sin_port = 0; /* any port */
+        w->listen_fd = socket(me.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (w->listen_fd < 0 || bind(w->listen_fd, (struct sockaddr *)&me, len) != 0 ||
+            listen(w->listen_fd, LISTEN_QUEUE) != 0 ||
+            getsockname(w->listen_fd, (struct sockaddr *)&me, &len) != 0) {
+            SMDDP_INFO("rank %d cannot be watched for liveness: cannot listen: %s", comm->rank,
+                       strerror(errno));
+            if (w->listen_fd >= 0) close(w->listen_fd);
+            w->listen_fd = -1;
+        } else {
+            port = ntohs(((struct sockaddr_in *)&me)->sin_port);
+        }
     }
-    /* Listen on the endpoint's own address, any port. */
-    ((struct sockaddr_in *)&me)->sin_port = 0; /* the same field for IPv6 */
-    w->listen_fd = socket(me.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (w->listen_fd < 0 || bind(w->listen_fd, (struct sockaddr *)&me, me_len) != 0 ||
-        listen(w->listen_fd, 8) != 0 ||
-        getsockname(w->listen_fd, (struct sockaddr *)&me, &me_len) != 0) {
-        int err = errno;
-        if (w->listen_fd >= 0) close(w->listen_fd);
-        w->listen_fd = -1;
-        SMDDP_INFO("rank %d cannot be watched for liveness: cannot listen: %s", comm->rank,
-                   strerror(err));
-        /* Port 0 tells the previous rank not to watch this one. */
-        ((struct sockaddr_in *)&me)->sin_port = 0;
-    }
-    char key[320], port[16];
+    /* Port 0 tells watchers that this rank cannot be watched. */
+    char key[320], value[16];
     snprintf(key, sizeof(key), "%s/watch/%d", comm->prefix, comm->rank);
-    snprintf(port, sizeof(port), "%u", (unsigned)ntohs(((struct sockaddr_in *)&me)->sin_port));
-    SMDDP_CHECK(smddp__store_set(comm->store, key, port, strlen(port) + 1));
-
-    void *v = NULL;
-    size_t vlen = 0;
-    snprintf(key, sizeof(key), "%s/watch/%d", comm->prefix, w->next);
-    SMDDP_CHECK(smddp__store_get(comm->store, key, comm->timeout_ms, &v, &vlen));
-    long p = vlen > 0 && vlen < 16 && ((char *)v)[vlen - 1] == '\0' ? strtol(v, NULL, 10) : -1;
-    free(v);
-    if (p <= 0) {
-        watch_off(w, p < 0 ? "it published no port" : "it cannot listen", 0);
-        return SMDDP_OK;
-    }
-    ((struct sockaddr_in *)&peer)->sin_port = htons((uint16_t)p);
-    w->fd = socket(peer.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (w->fd < 0) {
-        watch_off(w, "socket", errno);
-        return SMDDP_OK;
-    }
-    if (connect(w->fd, (struct sockaddr *)&peer, peer_len) != 0 && errno != EINPROGRESS) {
-        watch_off(w, "connect", errno);
-        return SMDDP_OK;
-    }
-    /* Its socket listens already (it published the port after listen): one round trip. */
-    struct pollfd pfd = {.fd = w->fd, .events = POLLOUT};
-    if (poll(&pfd, 1, CONNECT_WAIT_MS) == 1) look(w, smddp__now_ns());
-    if (w->fd >= 0 && !w->established)
-        SMDDP_INFO("liveness watch of rank %d: not connected after %d ms; trying on", w->next,
-                   CONNECT_WAIT_MS);
-    SMDDP_TRACE("rank %d watches rank %d on port %ld", comm->rank, w->next, p);
+    snprintf(value, sizeof(value), "%u", port);
+    SMDDP_CHECK(smddp__store_set(comm->store, key, value, strlen(value) + 1));
+    if (w->listen_fd >= 0) watch(comm, (comm->rank + 1) % comm->size, CONNECT_WAIT_MS);
     return SMDDP_OK;
 }
 
@@ -124,7 +196,7 @@ void smddp__watch_close(smddp_comm_t comm)
     smddp__watch_t *w = comm->watch;
     if (!w) return;
     if (w->listen_fd >= 0) {
-        /* Goodbye to the watcher, whose connection waits in the queue. */
+        /* Goodbye to the watchers, whose connections wait in the queue. */
         int c;
         while ((c = accept4(w->listen_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
             (void)send(c, "B", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -132,48 +204,35 @@ void smddp__watch_close(smddp_comm_t comm)
         }
         close(w->listen_fd);
     }
-    if (w->fd >= 0) close(w->fd);
+    for (int r = 0; r < comm->size; r++)
+        if (w->peers[r].fd >= 0) close(w->peers[r].fd);
     pthread_mutex_destroy(&w->lock);
+    free(w->peers);
     free(w);
     comm->watch = NULL;
 }
 
-/* Looks at the connection once (lock held). */
-static void look(smddp__watch_t *w, int64_t now_ns)
-{
-    struct pollfd pfd = {.fd = w->fd, .events = w->established ? POLLIN : POLLOUT};
-    if (poll(&pfd, 1, 0) <= 0) return;
-    if (!w->established) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        if (getsockopt(w->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-        if (err == ECONNRESET || err == EPIPE) {
-            w->reset_ns = now_ns; /* it answered, then went */
-        } else if (err) {
-            /* Never connected: a wrong address or a rank gone early; not a death. */
-            watch_off(w, "connect", err);
-        } else {
-            w->established = true;
-        }
-        return;
-    }
-    char c;
-    ssize_t n = recv(w->fd, &c, 1, MSG_DONTWAIT);
-    if (n == 1 && c == 'B') {
-        SMDDP_TRACE("rank %d destroyed its communicator", w->next);
-        close(w->fd);
-        w->fd = -1;
-    } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        w->reset_ns = now_ns;
-    }
-}
-
-int smddp__watch_dead(smddp_comm_t comm, int64_t now_ns)
+int smddp__watch_dead(smddp_comm_t comm, int64_t now_ns, int waiting_for, char *why,
+                     size_t why_len)
 {
     smddp__watch_t *w = comm->watch;
     if (!w || pthread_mutex_trylock(&w->lock) != 0) return -1;
-    if (w->fd >= 0 && w->reset_ns == 0) look(w, now_ns);
-    int dead = w->reset_ns && now_ns - w->reset_ns >= SMDDP__WATCH_GRACE_NS ? w->next : -1;
+    /* A rank this one waits for on another node is watched from now on. */
+    if (waiting_for >= 0 && waiting_for < comm->size && waiting_for != comm->rank &&
+        comm->node_of[waiting_for] != comm->node && w->peers[waiting_for].state == W_NONE)
+        watch(comm, waiting_for, 0);
+    int dead = -1;
+    for (int r = 0; r < comm->size && dead < 0; r++) {
+        watched_t *p = &w->peers[r];
+        if (p->fd >= 0 && p->reset_ns == 0) look(p, r, now_ns);
+        if (p->reset_ns && now_ns - p->reset_ns >= SMDDP__WATCH_GRACE_NS) dead = r;
+    }
+    if (dead >= 0)
+        snprintf(why, why_len, w->peers[dead].refused
+                 ? "rank %d is gone: its process ended or it destroyed its communicator (rank "
+                   "%d's liveness connection to it was refused)"
+                 : "rank %d died: its process ended without destroying its communicator (rank "
+                   "%d's liveness connection to it was reset)", dead, comm->rank);
     pthread_mutex_unlock(&w->lock);
     return dead;
 }

@@ -1,10 +1,11 @@
 /*
  * Liveness across nodes (watch.c): each rank of a communicator that spans
- * nodes keeps a TCP connection to the next rank's listening socket. A rank
- * whose process ends closes that socket: the rank before it sees the
- * connection reset, unless it first got a goodbye (the rank destroyed its
- * communicator). Without this, a rank alone on its node that died left the
- * others waiting for SMDDP_TIMEOUT: nothing else on the network tells.
+ * nodes keeps a TCP connection to the next rank's listening socket, and to
+ * that of any rank on another node it has waited for. A rank whose process
+ * ends closes that socket: its watchers see the connection reset, unless
+ * they first got a goodbye (the rank destroyed its communicator). Without
+ * this, a rank alone on its node that died left the others waiting for
+ * SMDDP_TIMEOUT: nothing else on the network tells.
  */
 #ifndef SMDDP_TRANSPORT_WATCH_H
 #define SMDDP_TRANSPORT_WATCH_H
@@ -22,12 +23,16 @@ smddp_status_t smddp__watch_open(smddp_comm_t comm);
 void smddp__watch_close(smddp_comm_t comm);
 
 /*
- * The rank this rank watches if its connection broke without a goodbye at
- * least SMDDP__WATCH_GRACE_NS ago, else -1. The grace lets a rank that ended
- * right after its last transfer (a script that exits without destroying the
- * group) finish what it sent before anyone calls it dead.
+ * A rank this rank watches whose connection broke without a goodbye (or was
+ * refused) at least SMDDP__WATCH_GRACE_NS ago, with what happened in why;
+ * else -1. waiting_for (>= 0) is a rank an
+ * operation waits for: if it is on another node and not watched yet, it is
+ * from now on. The grace lets a rank that ended right after its last
+ * transfer (a script that exits without destroying the group) finish what
+ * it sent before anyone calls it dead.
  */
-int smddp__watch_dead(smddp_comm_t comm, int64_t now_ns);
+int smddp__watch_dead(smddp_comm_t comm, int64_t now_ns, int waiting_for, char *why,
+                     size_t why_len);
 
 #define SMDDP__WATCH_GRACE_NS (2000 * 1000000LL)
 

@@ -1079,6 +1079,40 @@ static void test_nodes_lone_rank_killed(void **state)
 }
 
 /*
+ * The same when the rank that watches the dead one (the one before it) is
+ * busy elsewhere: the rank waiting in a receive from it starts watching it
+ * itself, and fails within seconds.
+ */
+static void lone_rank_killed_p2p_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    int32_t x = rank;
+    H_OK(smddp_allreduce(comm, &x, &x, 1, SMDDP_INT32, SMDDP_SUM, NULL, NULL));
+    if (rank == 1) raise(SIGKILL);
+    if (rank == 0) {
+        sleep(8); /* not in any operation: it does not look */
+        return;
+    }
+    int64_t t0 = smddp__now_ns();
+    smddp_status_t st = smddp_recv(comm, &x, 1, SMDDP_INT32, 1, 3, NULL, NULL);
+    double took = (double)(smddp__now_ns() - t0) / 1e9;
+    const char *msg = smddp_get_last_error(NULL);
+    H_CHECK(st == SMDDP_ERR_ABORTED || st == SMDDP_ERR_PEER_LOST, "the recv returned %s: %s",
+            smddp_status_string(st), msg);
+    H_CHECK(strstr(msg, "rank 1 is gone") || strstr(msg, "rank 1 died"), "\"%s\" does not say that rank 1 is gone", msg);
+    H_CHECK(took < 6.0, "rank 2 learnt of rank 1's death after %.2f s", took);
+}
+
+static void test_nodes_lone_rank_killed_p2p(void **state)
+{
+    (void)state;
+    harness_opts_t opts = {.timeout_s = 120, .ranks_per_node = 1, .env = "SMDDP_TIMEOUT=60"};
+    opts.expect_signal[1] = SIGKILL;
+    assert_int_equal(harness_run(3, lone_rank_killed_p2p_rank, NULL, &opts), 0);
+}
+
+/*
  * A rank that destroys its communicator and leaves is not taken for dead:
  * the rank watching it (rank 0) waits meanwhile, for longer than the watch's
  * grace, in a receive from rank 2, which must succeed.
@@ -1201,6 +1235,7 @@ int main(void)
         cmocka_unit_test(test_nodes_p2p_stuck_peer),
         cmocka_unit_test(test_nodes_p2p_abort_spreads),
         cmocka_unit_test(test_nodes_lone_rank_killed),
+        cmocka_unit_test(test_nodes_lone_rank_killed_p2p),
         cmocka_unit_test(test_nodes_clean_leave_not_death),
         cmocka_unit_test(test_nodes_any_source),
         cmocka_unit_test(test_nodes_what_mismatch),
