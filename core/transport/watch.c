@@ -41,6 +41,8 @@
 
 #define CONNECT_WAIT_MS 2000
 #define LISTEN_QUEUE 64
+#define STORE_MS 50                    /* on demand */
+#define RETRY_NS (1000 * 1000000LL)
 
 enum { W_NONE, W_CONNECTING, W_UP, W_OFF };
 
@@ -49,6 +51,7 @@ typedef struct watched {
     int state;
     int64_t reset_ns; /* when the connection broke without a goodbye (0: it has not) */
     bool refused;     /* it broke by being refused: the rank was gone before it was watched */
+    int64_t retry_ns; /* W_NONE: not before this (its port was not to be had) */
 } watched_t;
 
 struct smddp__watch {
@@ -101,8 +104,13 @@ static void look(watched_t *p, int rank, int64_t now_ns)
     }
 }
 
-/* Starts watching rank (lock held); wait_ms: how long to wait for the connection. */
-static void watch(smddp_comm_t comm, int rank, int wait_ms)
+/*
+ * Starts watching rank (lock held). store_ms: how long to wait for its port
+ * in the store (on demand, briefly: the store may be what is unreachable,
+ * and a rank still creating its communicator has not published yet, so that
+ * is tried again later); wait_ms: how long to wait for the connection.
+ */
+static void watch(smddp_comm_t comm, int rank, int64_t store_ms, int wait_ms)
 {
     watched_t *p = &comm->watch->peers[rank];
     struct sockaddr_storage addr;
@@ -113,9 +121,9 @@ static void watch(smddp_comm_t comm, int rank, int wait_ms)
     void *v = NULL;
     size_t vlen = 0;
     snprintf(key, sizeof(key), "%s/watch/%d", comm->prefix, rank);
-    if (smddp__store_get(comm->store, key, comm->timeout_ms, &v, &vlen) != SMDDP_OK) {
-        watch_off(p, rank, "its port is not in the store", 0);
-        smddp__clear_error();
+    if (smddp__store_get(comm->store, key, store_ms, &v, &vlen) != SMDDP_OK) {
+        p->state = W_NONE;
+        p->retry_ns = smddp__now_ns() + RETRY_NS;
         return;
     }
     long port = vlen > 0 && vlen < 16 && ((char *)v)[vlen - 1] == '\0' ? strtol(v, NULL, 10) : 0;
@@ -187,7 +195,14 @@ smddp_status_t smddp__watch_open(smddp_comm_t comm)
     snprintf(key, sizeof(key), "%s/watch/%d", comm->prefix, comm->rank);
     snprintf(value, sizeof(value), "%u", port);
     SMDDP_CHECK(smddp__store_set(comm->store, key, value, strlen(value) + 1));
-    if (w->listen_fd >= 0) watch(comm, (comm->rank + 1) % comm->size, CONNECT_WAIT_MS);
+    if (w->listen_fd >= 0) {
+        int next = (comm->rank + 1) % comm->size;
+        watch(comm, next, comm->timeout_ms, CONNECT_WAIT_MS);
+        if (w->peers[next].state == W_NONE) {
+            SMDDP_INFO("liveness watch of rank %d off: its port is not in the store", next);
+            w->peers[next].state = W_OFF;
+        }
+    }
     return SMDDP_OK;
 }
 
@@ -219,8 +234,9 @@ int smddp__watch_dead(smddp_comm_t comm, int64_t now_ns, int waiting_for, char *
     if (!w || pthread_mutex_trylock(&w->lock) != 0) return -1;
     /* A rank this one waits for on another node is watched from now on. */
     if (waiting_for >= 0 && waiting_for < comm->size && waiting_for != comm->rank &&
-        comm->node_of[waiting_for] != comm->node && w->peers[waiting_for].state == W_NONE)
-        watch(comm, waiting_for, 0);
+        comm->node_of[waiting_for] != comm->node && w->peers[waiting_for].state == W_NONE &&
+        now_ns >= w->peers[waiting_for].retry_ns)
+        watch(comm, waiting_for, STORE_MS, 0);
     int dead = -1;
     for (int r = 0; r < comm->size && dead < 0; r++) {
         watched_t *p = &w->peers[r];
