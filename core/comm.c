@@ -85,18 +85,41 @@ smddp_status_t smddp__store_set(smddp__store_ref_t *s, const char *key, const vo
     return st < 0 ? store_fail(st, "set", key) : SMDDP_OK;
 }
 
+/*
+ * Longest time one get holds the store. A get that waits for a key asks in
+ * slices of this and lets go in between, so that other threads' store calls
+ * (another communicator being made or split on another thread, an abort
+ * poll) are not queued behind it: two threads making communicators at once
+ * deadlocked until the timeout when each held the store while waiting for a
+ * key that only the other's counterpart on another rank would publish.
+ */
+#define STORE_SLICE_MS 50
+
 smddp_status_t smddp__store_get(smddp__store_ref_t *s, const char *key, int64_t timeout_ms,
                                 void **v, size_t *len)
 {
     smddp__clear_error();
     *v = NULL;
     *len = 0;
-    pthread_mutex_lock(&s->lock);
-    smddp_status_t st = s->table.get(s->table.ctx, key, timeout_ms, v, len);
-    pthread_mutex_unlock(&s->lock);
+    int64_t deadline = smddp__now_ns() + timeout_ms * 1000000LL;
+    smddp_status_t st;
+    for (;;) {
+        int64_t left = (deadline - smddp__now_ns()) / 1000000LL;
+        int64_t slice = SMDDP_MIN(SMDDP_MAX(left, (int64_t)0), (int64_t)STORE_SLICE_MS);
+        pthread_mutex_lock(&s->lock);
+        st = s->table.get(s->table.ctx, key, slice, v, len);
+        pthread_mutex_unlock(&s->lock);
+        if (st >= 0 || st != SMDDP_ERR_TIMEOUT || left <= slice) break;
+        free(*v);
+        *v = NULL;
+        smddp__clear_error(); /* a slice's timeout is not the caller's */
+    }
     if (st < 0) {
         free(*v);
         *v = NULL;
+        if (st == SMDDP_ERR_TIMEOUT)
+            return smddp__error_quiet(st, "store get of key %s timed out: it did not appear "
+                                      "within %lld ms", key, (long long)timeout_ms);
         return store_fail(st, "get", key);
     }
     return SMDDP_OK;

@@ -16,6 +16,7 @@
  * TEST_SOAK_SEED and TEST_SOAK_OPS override the seed and the length (for a
  * longer run by hand); a failure prints the seed and the operation.
  */
+#include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -178,7 +179,7 @@ typedef struct slot {
     bool out_owned; /* out is its own allocation (not in, nor inside in) */
 } slot_t;
 
-static uint64_t seed_used;
+static _Thread_local uint64_t seed_used; /* for messages: per thread (the threads test) */
 
 static void on_complete(void *arg, smddp_status_t st)
 {
@@ -445,11 +446,11 @@ static int env_int(const char *name, int dflt)
     return v && *v ? atoi(v) : dflt;
 }
 
-static void soak_rank(smddp_comm_t world, int rank, int size, void *arg)
+/* Runs the sequence of seed on world (and a half split from it). */
+static void soak(smddp_comm_t world, int rank, int size, uint64_t seed)
 {
-    (void)arg;
     H_CHECK(size <= MAX_RANKS, "at most %d ranks", MAX_RANKS);
-    seed_used = (uint64_t)env_int("TEST_SOAK_SEED", (int)DEFAULT_SEED);
+    seed_used = seed;
     int nops = env_int("TEST_SOAK_OPS", DEFAULT_OPS);
     rng_t plan_rng = {.s = seed_used * 0x9e3779b97f4a7c15ull + 1};
     /* The order of finishing may differ per rank: a rank-specific stream. */
@@ -461,7 +462,8 @@ static void soak_rank(smddp_comm_t world, int rank, int size, void *arg)
     H_OK(smddp_comm_rank(half, &half_rank));
     H_OK(smddp_comm_size(half, &half_size));
 
-    static slot_t slots[MAX_INFLIGHT];
+    slot_t slots[MAX_INFLIGHT];
+    memset(slots, 0, sizeof(slots));
     int counts[K_COUNT] = {0};
     for (int idx = 0; idx < nops; idx++) {
         plan_t p = draw_plan(&plan_rng, idx, size);
@@ -505,20 +507,64 @@ static void soak_rank(smddp_comm_t world, int rank, int size, void *arg)
         if (slots[k].used) finish(&slots[k]);
     H_OK(smddp_comm_destroy(half));
     if (rank == 0) {
-        printf("soak (seed %llu, %d ranks): ", (unsigned long long)seed_used, size);
-        for (int k = 0; k < K_COUNT; k++) printf("%s%s %d", k ? ", " : "", kind_names[k], counts[k]);
-        printf("\n");
+        char line[512];
+        int n = snprintf(line, sizeof(line), "soak (seed %llu, %d ranks):",
+                         (unsigned long long)seed_used, size);
+        for (int k = 0; k < K_COUNT && n > 0 && (size_t)n < sizeof(line); k++)
+            n += snprintf(line + n, sizeof(line) - (size_t)n, "%s %s %d", k ? "," : "",
+                          kind_names[k], counts[k]);
+        printf("%s\n", line);
         fflush(stdout);
     }
 }
 
-static void run(int nranks, int per_node, const char *env)
+static uint64_t first_seed(void) { return (uint64_t)env_int("TEST_SOAK_SEED", (int)DEFAULT_SEED); }
+
+static void soak_rank(smddp_comm_t world, int rank, int size, void *arg)
+{
+    (void)arg;
+    soak(world, rank, size, first_seed());
+}
+
+/*
+ * Two threads per rank, each with its own communicator (a copy of the
+ * world split off it) and its own sequence, at the same time: what several
+ * process groups driven from different threads do.
+ */
+typedef struct soak_thread {
+    smddp_comm_t comm;
+    int rank, size;
+    uint64_t seed;
+} soak_thread_t;
+
+static void *soak_thread(void *arg)
+{
+    soak_thread_t *t = arg;
+    soak(t->comm, t->rank, t->size, t->seed);
+    return NULL;
+}
+
+static void soak_threads_rank(smddp_comm_t world, int rank, int size, void *arg)
+{
+    (void)arg;
+    soak_thread_t other = {.rank = rank, .size = size, .seed = first_seed() + 1};
+    H_OK(smddp_comm_split(world, 0, rank, &other.comm));
+    pthread_t th;
+    H_CHECK(pthread_create(&th, NULL, soak_thread, &other) == 0, "pthread_create");
+    soak(world, rank, size, first_seed());
+    H_CHECK(pthread_join(th, NULL) == 0, "pthread_join");
+    H_OK(smddp_comm_destroy(other.comm));
+}
+
+static void run_fn(int nranks, int per_node, const char *env, harness_fn_t fn)
 {
     harness_opts_t opts = {.timeout_s = 300, .ranks_per_node = per_node, .env = env};
     int shm_before = harness_shm_count();
-    assert_int_equal(harness_run(nranks, soak_rank, NULL, &opts), 0);
+    assert_int_equal(harness_run(nranks, fn, NULL, &opts), 0);
     assert_int_equal(harness_shm_count(), shm_before);
 }
+
+static void run(int nranks, int per_node, const char *env) { run_fn(nranks, per_node, env, soak_rank); }
 
 /* Small staging buffers: the random sizes cross many rounds and every switch point. */
 #define SMALL "SMDDP_SHM_BUFFER_SIZE=16384 SMDDP_ALLREDUCE_ONESHOT_MAX=1024 SMDDP_STREAM_MIN=4096"
@@ -526,11 +572,17 @@ static void run(int nranks, int per_node, const char *env)
 static void test_soak_1x2(void **state) { (void)state; run(2, 0, NULL); }
 static void test_soak_1x3(void **state) { (void)state; run(3, 0, NULL); }
 static void test_soak_1x4_small(void **state) { (void)state; run(4, 0, SMALL); }
+static void test_soak_1x3_threads(void **state) { (void)state; run_fn(3, 0, NULL, soak_threads_rank); }
 #if SMDDP_HAVE_OFI /* fake nodes talk through libfabric */
 static void test_soak_2x2_nodes(void **state) { (void)state; run(4, 2, NULL); }
 static void test_soak_2x2_nodes_small(void **state) { (void)state; run(4, 2, SMALL); }
 static void test_soak_3x1_nodes(void **state) { (void)state; run(3, 1, NULL); }
 static void test_soak_2x2_flat(void **state) { (void)state; run(4, 2, "SMDDP_NET_ALGO=flat"); }
+static void test_soak_2x2_nodes_threads(void **state)
+{
+    (void)state;
+    run_fn(4, 2, NULL, soak_threads_rank);
+}
 #endif
 
 int main(void)
@@ -539,11 +591,13 @@ int main(void)
         cmocka_unit_test(test_soak_1x2),
         cmocka_unit_test(test_soak_1x3),
         cmocka_unit_test(test_soak_1x4_small),
+        cmocka_unit_test(test_soak_1x3_threads),
 #if SMDDP_HAVE_OFI
         cmocka_unit_test(test_soak_2x2_nodes),
         cmocka_unit_test(test_soak_2x2_nodes_small),
         cmocka_unit_test(test_soak_3x1_nodes),
         cmocka_unit_test(test_soak_2x2_flat),
+        cmocka_unit_test(test_soak_2x2_nodes_threads),
 #endif
     };
     /* TEST_FILTER=pattern runs only the matching tests (cmocka's wildcards). */
