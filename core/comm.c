@@ -109,7 +109,7 @@ smddp_status_t smddp__store_get(smddp__store_ref_t *s, const char *key, int64_t 
         pthread_mutex_lock(&s->lock);
         st = s->table.get(s->table.ctx, key, slice, v, len);
         pthread_mutex_unlock(&s->lock);
-        if (st >= 0 || st != SMDDP_ERR_TIMEOUT || left <= slice) break;
+        if (st != SMDDP_ERR_TIMEOUT || left <= slice) break;
         free(*v);
         *v = NULL;
         smddp__clear_error(); /* a slice's timeout is not the caller's */
@@ -280,8 +280,10 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
 
     SMDDP_CHECK_GOTO(discover_topology(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__shm_setup(comm), st, fail);
-    if (comm->node_count > 1) SMDDP_CHECK_GOTO(smddp__ofi_setup(comm), st, fail_shm);
-    if (comm->node_count > 1) SMDDP_CHECK_GOTO(smddp__watch_open(comm), st, fail_shm);
+    if (comm->node_count > 1) {
+        SMDDP_CHECK_GOTO(smddp__ofi_setup(comm), st, fail_shm);
+        SMDDP_CHECK_GOTO(smddp__watch_open(comm), st, fail_shm);
+    }
     SMDDP_CHECK_GOTO(smddp__sched_start(comm), st, fail_shm);
 
     atomic_fetch_add(&store->refs, 1);
@@ -352,7 +354,7 @@ static void restore_error(const saved_error_t *e)
     if (e->msg[0]) smddp__error_quiet(SMDDP_ERR_INTERNAL, "%s", e->msg);
 }
 
-void smddp__comm_publish_abort(smddp_comm_t comm)
+static void publish_abort(smddp_comm_t comm)
 {
     if (comm->node_count < 2 || comm->abort_status == SMDDP_ERR_ABORTED) return;
     char key[320], msg[SMDDP_ERRMSG_MAX + 32];
@@ -368,6 +370,12 @@ void smddp__comm_publish_abort(smddp_comm_t comm)
         (void)smddp__store_add(comm->store, key, 1, &n);
     }
     restore_error(&saved);
+}
+
+void smddp__comm_fail(smddp_comm_t comm, smddp_status_t status, const char *msg)
+{
+    smddp__comm_abort(comm, status, msg);
+    publish_abort(comm);
 }
 
 bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns, int waiting_for)
@@ -388,8 +396,7 @@ bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns, int waitin
     int dead = smddp__watch_dead(comm, now_ns, waiting_for, gone, sizeof(gone));
     restore_error(&before);
     if (dead >= 0) {
-        smddp__comm_abort(comm, SMDDP_ERR_PEER_LOST, gone);
-        smddp__comm_publish_abort(comm);
+        smddp__comm_fail(comm, SMDDP_ERR_PEER_LOST, gone);
         return true;
     }
     char key[320];

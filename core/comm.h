@@ -99,7 +99,7 @@ struct smddp_comm {
     smddp__p2p_t *p2p;       /* send/recv engine, started on first use */
     struct smddp__ofi *ofi;  /* network transport, when the comm spans nodes */
     struct smddp__ofi *ofi_p2p; /* its send/recv endpoint, driven by the p2p thread */
-    smddp__watch_t *watch;      /* liveness of the next rank, when the comm spans nodes */
+    smddp__watch_t *watch;      /* liveness of other nodes' ranks, when the comm spans nodes */
     /*
      * Set by an op that has network transfers in flight while it waits in
      * shared memory: every shm wait calls it between polls (and sleeps at
@@ -136,7 +136,7 @@ struct smddp_comm {
     pthread_mutex_t err_lock;
     char last_error[SMDDP_ERRMSG_MAX];
 
-    /* Across nodes, aborts travel through the store (smddp__comm_publish_abort). */
+    /* Across nodes, aborts travel through the store (smddp__comm_fail). */
     _Atomic int64_t remote_abort_polled_ns;
 };
 
@@ -154,12 +154,12 @@ void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg
  */
 void smddp__comm_adopt_peer_abort(smddp_comm_t comm);
 /*
- * Across nodes: after this rank aborted comm on a failure of its own (not
- * one it adopted), tells the other nodes through the store, so that ranks
+ * Aborts comm on a failure found on this rank (not one it adopted) and,
+ * across nodes, tells the other nodes through the store, so that ranks
  * waiting there for a rank that will never come fail at once with the
  * reason instead of at their deadline.
  */
-void smddp__comm_publish_abort(smddp_comm_t comm);
+void smddp__comm_fail(smddp_comm_t comm, smddp_status_t status, const char *msg);
 /*
  * For long waits across nodes: at most every half second, looks in the
  * store for an abort another node published, and adopts it; a store that

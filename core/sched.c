@@ -91,8 +91,7 @@ static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op)
     smddp_status_t st = smddp__op_execute(comm, op);
     if (st < 0 && st != SMDDP_ERR_INVALID_ARGUMENT) {
         SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
-        smddp__comm_abort(comm, st, smddp__last_error());
-        smddp__comm_publish_abort(comm);
+        smddp__comm_fail(comm, st, smddp__last_error());
     }
     /* Each op starts its own clock for polling remote aborts. */
     atomic_store(&comm->remote_abort_polled_ns, 0);

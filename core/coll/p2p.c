@@ -216,8 +216,7 @@ static bool progress_remote(smddp_comm_t comm)
                 char msg[SMDDP_ERRMSG_MAX];
                 snprintf(msg, sizeof(msg), "%s; later messages between these two ranks cannot "
                          "be matched, so the communicator is aborted", smddp__last_error());
-                smddp__comm_abort(comm, SMDDP_ERR_MISMATCH, msg);
-                smddp__comm_publish_abort(comm);
+                smddp__comm_fail(comm, SMDDP_ERR_MISMATCH, msg);
                 result = smddp__error_quiet(SMDDP_ERR_MISMATCH, "%s", msg);
             }
             complete_remote(comm, r, result);
@@ -553,8 +552,7 @@ static smddp_status_t check_health(smddp_comm_t comm)
 static void abort_all(smddp_comm_t comm, smddp_status_t st)
 {
     SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
-    smddp__comm_abort(comm, st, smddp__last_error());
-    smddp__comm_publish_abort(comm); /* ranks on other nodes learn of it through the store */
+    smddp__comm_fail(comm, st, smddp__last_error()); /* other nodes learn of it through the store */
     fail_all(comm, st);
 }
 

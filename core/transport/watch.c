@@ -156,7 +156,6 @@ static void watch(smddp_comm_t comm, int rank, int64_t store_ms, int wait_ms)
 
 smddp_status_t smddp__watch_open(smddp_comm_t comm)
 {
-    if (comm->node_count < 2 || comm->size < 2) return SMDDP_OK;
     smddp__watch_t *w = calloc(1, sizeof(*w));
     watched_t *peers = calloc((size_t)comm->size, sizeof(*peers));
     if (!w || !peers) {

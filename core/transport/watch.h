@@ -13,7 +13,8 @@
 #include "../comm.h"
 
 /*
- * Listens, publishes the port through the store, connects to the next rank.
+ * For a communicator that spans nodes: listens, publishes the port through
+ * the store, connects to the next rank.
  * Never fails the communicator: where the provider's addresses are not IP
  * (efa) or a step fails, the watch is off for this rank (INFO says why).
  */

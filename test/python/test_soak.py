@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from smddp_support import requires_smddp
-from test_backend import FAKE_NODES, run_ranks
+from test_backend import FAKE_NODES, _reduce_local, run_ranks
 
 pytestmark = requires_smddp
 
@@ -56,20 +56,9 @@ def _inputs(step, rank, n, dtype, op):
 
 
 def _reduce(stack, op, world):
-    wide = stack.to(torch.float64 if stack.is_floating_point() else torch.int64)
-    if op in ("sum", "avg"):
-        out = wide.sum(0)
-        return out / world if op == "avg" else out
-    if op == "product":
-        return wide.prod(0)
-    if op == "min":
-        return wide.min(0).values
-    if op == "max":
-        return wide.max(0).values
-    acc = wide[0].clone()
-    for row in wide[1:]:
-        acc = {"band": acc & row, "bor": acc | row, "bxor": acc ^ row}[op]
-    return acc
+    """The reference, widened to float64 / int64 (test_backend's reduction)."""
+    return _reduce_local(stack.to(torch.float64 if stack.is_floating_point() else torch.int64),
+                         op, world)
 
 
 class Step:

@@ -1070,12 +1070,18 @@ static void lone_rank_killed_rank(smddp_comm_t comm, int rank, int size, void *a
     H_CHECK(took < 10.0, "rank %d learnt of rank 1's death after %.2f s", rank, took);
 }
 
+/* fn on 3 ranks, one per fake node, rank 1 dying of SIGKILL; SMDDP_TIMEOUT is 60 s. */
+static void run_lone_rank_killed(harness_fn_t fn)
+{
+    harness_opts_t opts = {.timeout_s = 120, .ranks_per_node = 1, .env = "SMDDP_TIMEOUT=60"};
+    opts.expect_signal[1] = SIGKILL;
+    assert_int_equal(harness_run(3, fn, NULL, &opts), 0);
+}
+
 static void test_nodes_lone_rank_killed(void **state)
 {
     (void)state;
-    harness_opts_t opts = {.timeout_s = 120, .ranks_per_node = 1, .env = "SMDDP_TIMEOUT=60"};
-    opts.expect_signal[1] = SIGKILL;
-    assert_int_equal(harness_run(3, lone_rank_killed_rank, NULL, &opts), 0);
+    run_lone_rank_killed(lone_rank_killed_rank);
 }
 
 /*
@@ -1100,16 +1106,15 @@ static void lone_rank_killed_p2p_rank(smddp_comm_t comm, int rank, int size, voi
     const char *msg = smddp_get_last_error(NULL);
     H_CHECK(st == SMDDP_ERR_ABORTED || st == SMDDP_ERR_PEER_LOST, "the recv returned %s: %s",
             smddp_status_string(st), msg);
-    H_CHECK(strstr(msg, "rank 1 is gone") || strstr(msg, "rank 1 died"), "\"%s\" does not say that rank 1 is gone", msg);
+    H_CHECK(strstr(msg, "rank 1 is gone") || strstr(msg, "rank 1 died"),
+            "\"%s\" does not say that rank 1 is gone", msg);
     H_CHECK(took < 6.0, "rank 2 learnt of rank 1's death after %.2f s", took);
 }
 
 static void test_nodes_lone_rank_killed_p2p(void **state)
 {
     (void)state;
-    harness_opts_t opts = {.timeout_s = 120, .ranks_per_node = 1, .env = "SMDDP_TIMEOUT=60"};
-    opts.expect_signal[1] = SIGKILL;
-    assert_int_equal(harness_run(3, lone_rank_killed_p2p_rank, NULL, &opts), 0);
+    run_lone_rank_killed(lone_rank_killed_p2p_rank);
 }
 
 /*

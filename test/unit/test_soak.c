@@ -358,10 +358,12 @@ static void issue(slot_t *s)
     }
     default: break;
     }
-    char d[256];
-    describe(s, d, sizeof(d));
-    H_CHECK(st == SMDDP_OK, "%s: issuing returned %s: %s", d, smddp_status_string(st),
-            smddp_get_last_error(s->comm));
+    if (st != SMDDP_OK) { /* the description only for the message */
+        char d[256];
+        describe(s, d, sizeof(d));
+        H_CHECK(st == SMDDP_OK, "%s: issuing returned %s: %s", d, smddp_status_string(st),
+                smddp_get_last_error(s->comm));
+    }
     if (p->how == ISSUE_FREED) {
         for (int k = 0; k < s->nreq; k++) smddp_request_free(s->req[k]);
     }
