@@ -11,7 +11,8 @@
 #
 #   bench/netns_bench.sh BUILD_DIR [NODES [PER]]     (as root; default 2 x 2)
 #
-# Prints markdown tables; removes every namespace it made, also on failure.
+# Prints markdown tables; removes every namespace and file it made, also on
+# failure (torch_bench's CSV and plot stay when NETNS_BENCH_OUT names a folder).
 set -uo pipefail
 
 BUILD=${1:?usage: bench/netns_bench.sh BUILD_DIR [NODES [PER]]}
@@ -23,7 +24,8 @@ S=$BUILD/bench/smddp_bench
 M=$BUILD/bench/smddp_bench_mpi
 # shellcheck source=test/netns/lib.sh
 . "$ROOT/test/netns/lib.sh"
-trap ns_cleanup EXIT
+tmp=""
+trap 'ns_cleanup; [ -n "$tmp" ] && rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
 [ -x "$S" ] || { echo "netns_bench: $S not found: build first" >&2; exit 1; }
@@ -80,7 +82,7 @@ print()
 PY
 
 start_ranks "$NODES" "$PER" 900 "$tmp/torch" "$PY" "$ROOT/bench/torch_bench.py" --launched \
-    --max 64M --out "$tmp" ${TORCH_BENCH_ARGS:---no-ddp}
+    --max 64M --out "${NETNS_BENCH_OUT:-$tmp}" ${TORCH_BENCH_ARGS:---no-ddp}
 wait_ranks || rc=1
 sed -n '/^# torch_bench/,$p' "$tmp/torch.rank0"
 echo "logs and CSV: $tmp"

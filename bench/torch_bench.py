@@ -10,7 +10,8 @@ port), each pinned to its own CPU (as mpirun does) with one torch thread. The
 default group is smddp; a gloo group of the same ranks is created beside it, so
 both backends are measured in the same processes, interleaved size by size.
 
-For allreduce (fp32 sum), all_gather_into_tensor and reduce_scatter_tensor at
+For allreduce (fp32 sum), all_gather_single and reduce_scatter_single (or,
+on a torch without them, all_gather_into_tensor and reduce_scatter_tensor) at
 every size (``--min`` .. ``--max``, x4 steps anchored at ``--max``, plus
 ``--min``, 4 KiB and 16 MiB when in range) it reports the time per op (us; the
 slowest rank's mean over the timed iterations, after a warmup and a barrier)
@@ -18,6 +19,12 @@ and algbw/busbw with nccl-tests' factors: allreduce 2(n-1)/n,
 allgather/reduce_scatter (n-1)/n, where size is the whole gathered (resp.
 scattered) buffer. Large sizes get fewer iterations (``--time`` seconds per
 size and backend, at most ``--iters``).
+
+Before the sizes, every rank copies 16 MiB at once with Tensor.copy_: the
+memory reference, measured in this run, printed with the 16 MiB allreduce as a
+multiple of it (this machine's memory speed varies several-fold between hosts
+of the same kind, and shared-memory collectives follow it; gloo over loopback
+TCP follows it less).
 
 Outputs: a markdown table on stdout with both backends and the ratio
 (gloo time / smddp time), DIR/torch_bench.csv and DIR/torch_bench.png (busbw vs
@@ -128,6 +135,15 @@ def bus_factor(coll: str, n: int) -> float:
     return 2.0 * (n - 1) / n if coll == "allreduce" else (n - 1) / n
 
 
+def all_gather(dist):
+    """all_gather_single where torch has it (2.13 deprecates the older name)."""
+    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def reduce_scatter(dist):
+    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
 def make_op(torch, dist, coll: str, size: int, n: int, group):
     """Returns (op, bytes) for one collective on `size` bytes in fp32."""
     count = max(1, size // 4)
@@ -144,13 +160,13 @@ def make_op(torch, dist, coll: str, size: int, n: int, group):
         out = torch.empty(count, dtype=torch.float32)
 
         def op():
-            dist.all_gather_into_tensor(out, inp, group=group)
+            all_gather(dist)(out, inp, group=group)
     else:
         inp = torch.zeros(count, dtype=torch.float32)
         out = torch.empty(count // n, dtype=torch.float32)
 
         def op():
-            dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM, group=group)
+            reduce_scatter(dist)(out, inp, op=dist.ReduceOp.SUM, group=group)
     return op, nbytes
 
 
@@ -163,15 +179,32 @@ def check(torch, dist, groups: dict, rank: int, n: int) -> dict:
             dist.all_reduce(a, group=g)
             ok = bool(torch.all(a == n * (n + 1) / 2))
             out = torch.empty(n * 4)
-            dist.all_gather_into_tensor(out, torch.full((4,), float(rank)), group=g)
+            all_gather(dist)(out, torch.full((4,), float(rank)), group=g)
             ok &= bool(torch.equal(out, torch.arange(n).float().repeat_interleave(4)))
             o = torch.empty(4)
-            dist.reduce_scatter_tensor(o, torch.arange(n * 4).float(), group=g)
+            reduce_scatter(dist)(o, torch.arange(n * 4).float(), group=g)
             ok &= bool(torch.equal(o, n * torch.arange(rank * 4, rank * 4 + 4).float()))
             res[be] = "ok" if ok else "WRONG RESULT"
         except Exception as e:  # noqa: BLE001
             res[be] = f"error: {e}"
     return res
+
+
+def copy_reference(torch, dist, ctl, nbytes: int = 16 << 20, iters: int = 50) -> float:
+    """Slowest rank's mean seconds for Tensor.copy_ of `nbytes` of fp32, every
+    rank copying at once: this machine's memory speed, measured in this run,
+    against which the collectives' times can be compared across machines."""
+    src = torch.ones(nbytes // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    for _ in range(5):
+        dst.copy_(src)
+    dist.barrier(group=ctl)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dst.copy_(src)
+    t = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
+    return t.item()
 
 
 def time_collective(torch, dist, args, coll, size, n, group, ctl):
@@ -289,6 +322,7 @@ def worker(rank: int, args, port: int | None, result_path: str | None) -> None:
             op, _ = make_op(torch, dist, coll, 4096, n, groups[be])
             for _ in range(20):
                 op()
+    res["copy16"] = copy_reference(torch, dist, ctl)
     dist.barrier(group=ctl)
     t_start = time.perf_counter()
     for size in sizes_for(args.min, args.max, args.factor):
@@ -329,10 +363,19 @@ def report(args, res: dict, wall: float) -> int:
     print(f"correctness check: {res['check']}")
     print(f"load average at start {res.get('load0')}, at end {res.get('load1')} "
           f"({os.cpu_count()} CPUs)")
+    copy16 = res.get("copy16")
+    ar16 = by.get(("smddp", "allreduce", 16 << 20))
+    if copy16:
+        print(f"memory reference: every rank copying 16 MiB at once (Tensor.copy_) takes "
+              f"{copy16 * 1e6:.1f} us ({(16 << 20) / copy16 / 1e9:.2f} GB/s per rank)"
+              + (f"; smddp's 16 MiB allreduce = {ar16['sec'] / copy16:.2f} such copies"
+                 if ar16 and ar16["sec"] == ar16["sec"] else ""))
     print()
     for coll in COLLECTIVES:
-        name = {"allreduce": "allreduce (sum)", "allgather": "all_gather_into_tensor",
-                "reduce_scatter": "reduce_scatter_tensor (sum)"}[coll]
+        name = {"allreduce": "allreduce (sum)",
+                "allgather": "allgather (all_gather_single, or all_gather_into_tensor)",
+                "reduce_scatter": "reduce_scatter (reduce_scatter_single, or "
+                                  "reduce_scatter_tensor; sum)"}[coll]
         print(f"## {name}")
         print()
         print("| size | smddp us | smddp algbw GB/s | smddp busbw GB/s | gloo us "
