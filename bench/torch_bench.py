@@ -3,7 +3,7 @@
 
     python3 bench/torch_bench.py [--world 2] [--min 8] [--max 64M] [--iters N]
                                  [--warmup W] [--out DIR] [--ddp/--no-ddp]
-                                 [--ddp-steps 20]
+                                 [--ddp-steps 40]
 
 Spawns ``--world`` ranks on this machine (TCP rendezvous on 127.0.0.1, a free
 port), each pinned to its own CPU (as mpirun does) with one torch thread. The
@@ -86,7 +86,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", default=".", help="directory for torch_bench.csv/.png (default .)")
     p.add_argument("--ddp", action=argparse.BooleanOptionalAction, default=True,
                    help="also time DDP training steps (default on)")
-    p.add_argument("--ddp-steps", type=int, default=20, help="DDP steps per backend (default 20)")
+    p.add_argument("--ddp-steps", type=int, default=40, help="DDP steps per backend (default 40)")
     p.add_argument("--ddp-layers", type=int, default=6, help="Linear(2048, 2048) layers (default 6)")
     p.add_argument("--ddp-batch", type=int, default=8, help="samples per rank (default 8)")
     p.add_argument("--no-pin", action="store_true", help="do not pin ranks to CPUs")
