@@ -85,13 +85,18 @@ smddp_status_t smddp_comm_create(const smddp_store_t *store, int rank, int world
     const char *prefix = config && config->prefix ? config->prefix : "smddp";
     if (strlen(prefix) > 128)
         return INVALID(NULL, "smddp_comm_create: prefix is longer than 128 characters");
-    int64_t timeout = config && config->timeout_ms >= 0 ? config->timeout_ms
-                                                         : smddp__params()->timeout_ms;
+    if (config && config->timeout_ms == 0)
+        return INVALID(NULL, "smddp_comm_create: config->timeout_ms is 0; use > 0 milliseconds, "
+                             "or < 0 for SMDDP_TIMEOUT");
+    int64_t timeout = config && config->timeout_ms > 0
+                          ? SMDDP_MIN(config->timeout_ms, SMDDP__TIMEOUT_MAX_MS)
+                          : smddp__params()->timeout_ms;
     smddp__store_ref_t *ref = calloc(1, sizeof(*ref));
     if (!ref) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the store reference");
     ref->table = *store;
     pthread_mutex_init(&ref->lock, NULL);
     atomic_init(&ref->refs, 1);
+    atomic_init(&ref->queued, 0);
     smddp_status_t st = smddp__comm_create(ref, rank, world_size, prefix, timeout, comm);
     if (st < 0) ref->table.release = NULL; /* the caller keeps the store when we fail */
     smddp__store_unref(ref);
@@ -104,6 +109,9 @@ smddp_status_t smddp_comm_create_from_env(const smddp_comm_config_t *config, smd
     if (config && config->size < sizeof(smddp_comm_config_t))
         return INVALID(NULL, "smddp_comm_create_from_env: config->size is %zu; initialise the "
                              "config with SMDDP_COMM_CONFIG_INIT", config->size);
+    if (config && config->timeout_ms == 0)
+        return INVALID(NULL, "smddp_comm_create_from_env: config->timeout_ms is 0; use > 0 "
+                             "milliseconds, or < 0 for SMDDP_TIMEOUT");
     return smddp__comm_create_from_env(config, comm);
 }
 
@@ -133,7 +141,8 @@ smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeout_ms)
     if (timeout_ms == 0)
         return INVALID(comm, "smddp_comm_set_timeout: timeout_ms is 0; use > 0 milliseconds, or "
                              "< 0 for SMDDP_TIMEOUT");
-    atomic_store(&comm->timeout_ms, timeout_ms > 0 ? timeout_ms : smddp__params()->timeout_ms);
+    atomic_store(&comm->timeout_ms, timeout_ms > 0 ? SMDDP_MIN(timeout_ms, SMDDP__TIMEOUT_MAX_MS)
+                                                   : smddp__params()->timeout_ms);
     return SMDDP_OK;
 }
 

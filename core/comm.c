@@ -76,10 +76,17 @@ static smddp_status_t store_fail(smddp_status_t st, const char *what, const char
                               key, inner[0] ? ": " : "", inner);
 }
 
+static void store_lock(smddp__store_ref_t *s)
+{
+    atomic_fetch_add(&s->queued, 1);
+    pthread_mutex_lock(&s->lock);
+    atomic_fetch_sub(&s->queued, 1);
+}
+
 smddp_status_t smddp__store_set(smddp__store_ref_t *s, const char *key, const void *v, size_t len)
 {
     smddp__clear_error();
-    pthread_mutex_lock(&s->lock);
+    store_lock(s);
     smddp_status_t st = s->table.set(s->table.ctx, key, v, len);
     pthread_mutex_unlock(&s->lock);
     return st < 0 ? store_fail(st, "set", key) : SMDDP_OK;
@@ -92,8 +99,13 @@ smddp_status_t smddp__store_set(smddp__store_ref_t *s, const char *key, const vo
  * poll) are not queued behind it: two threads making communicators at once
  * deadlocked until the timeout when each held the store while waiting for a
  * key that only the other's counterpart on another rank would publish.
+ * Letting go is not enough by itself: a mutex is not fair, and this thread
+ * would take it again before a woken one runs, so it steps aside for
+ * STORE_STEP_ASIDE_US while threads queue for it. A slice is never 0 ms,
+ * which some stores (torch's) take as "no timeout".
  */
 #define STORE_SLICE_MS 50
+#define STORE_STEP_ASIDE_US 1000
 
 smddp_status_t smddp__store_get(smddp__store_ref_t *s, const char *key, int64_t timeout_ms,
                                 void **v, size_t *len)
@@ -105,14 +117,18 @@ smddp_status_t smddp__store_get(smddp__store_ref_t *s, const char *key, int64_t 
     smddp_status_t st;
     for (;;) {
         int64_t left = (deadline - smddp__now_ns()) / 1000000LL;
-        int64_t slice = SMDDP_MIN(SMDDP_MAX(left, (int64_t)0), (int64_t)STORE_SLICE_MS);
-        pthread_mutex_lock(&s->lock);
+        int64_t slice = SMDDP_MIN(SMDDP_MAX(left, (int64_t)1), (int64_t)STORE_SLICE_MS);
+        store_lock(s);
         st = s->table.get(s->table.ctx, key, slice, v, len);
         pthread_mutex_unlock(&s->lock);
         if (st != SMDDP_ERR_TIMEOUT || left <= slice) break;
         free(*v);
         *v = NULL;
         smddp__clear_error(); /* a slice's timeout is not the caller's */
+        if (atomic_load(&s->queued) > 0) {
+            struct timespec ts = {0, STORE_STEP_ASIDE_US * 1000L};
+            nanosleep(&ts, NULL);
+        }
     }
     if (st < 0) {
         free(*v);
@@ -129,7 +145,7 @@ smddp_status_t smddp__store_add(smddp__store_ref_t *s, const char *key, int64_t 
                                 int64_t *result)
 {
     smddp__clear_error();
-    pthread_mutex_lock(&s->lock);
+    store_lock(s);
     smddp_status_t st = s->table.add(s->table.ctx, key, delta, result);
     pthread_mutex_unlock(&s->lock);
     return st < 0 ? store_fail(st, "add", key) : SMDDP_OK;

@@ -61,11 +61,15 @@ typedef struct smddp_request {
     char errmsg[SMDDP_ERRMSG_MAX];
 } smddp__op_t;
 
+/* Longest timeout kept (1e9 s, as SMDDP_TIMEOUT allows): deadlines in ns stay within int64. */
+#define SMDDP__TIMEOUT_MAX_MS 1000000000000LL
+
 /* A store shared by a communicator and those split from it. */
 typedef struct smddp__store_ref {
     smddp_store_t table;
     atomic_int refs;
     pthread_mutex_t lock;    /* one callback at a time */
+    atomic_int queued;       /* threads waiting for lock (a get lets them in between slices) */
     void (*on_free)(struct smddp__store_ref *self); /* optional, before it is freed */
 } smddp__store_ref_t;
 

@@ -24,6 +24,22 @@
  * nothing. An on-demand connection waits in the watched rank's accept queue
  * until it destroys its communicator; beyond the queue's length, connects
  * just stay pending, which is harmless.
+ *
+ * Only a connection that was up and then reset without a goodbye means a
+ * death whatever this rank waits for. A connect that is refused (or reset
+ * before it was up) means the rank's listening socket is closed: its process
+ * ended, or it destroyed its communicator, lawfully, while a connect of ours
+ * was still pending. That only matters for a rank an operation waits for, so
+ * it counts only while this rank waits for that one. At creation a refusal
+ * turns the watch off instead: the next rank has just published its port,
+ * so it was listening, and something between the two refused (a firewall
+ * that rejects ports outside libfabric's range). That rank also counts the
+ * refusal in the store, and a refusal is then never taken for a death by
+ * any rank of the communicator.
+ *
+ * Peers' addresses are read from libfabric once, at creation: later looks
+ * come from several threads, and the address vector belongs to the
+ * progress thread (FI_THREAD_DOMAIN).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -50,15 +66,24 @@ typedef struct watched {
     int fd;
     int state;
     int64_t reset_ns; /* when the connection broke without a goodbye (0: it has not) */
-    bool refused;     /* it broke by being refused: the rank was gone before it was watched */
+    bool refused;     /* it broke before it was up: the rank's socket was closed already */
     int64_t retry_ns; /* W_NONE: not before this (its port was not to be had) */
+    struct sockaddr_in6 addr; /* its endpoint's IP address (v4 or v6; port unset) */
+    socklen_t addr_len;       /* 0: none (not an IP provider) */
 } watched_t;
 
 struct smddp__watch {
     pthread_mutex_t lock; /* looks come from the progress, p2p and callers' threads */
     int listen_fd;        /* -1: this rank cannot be watched */
+    bool refusals_seen;   /* the network refused a connection to a listening rank */
     watched_t *peers;     /* per rank */
 };
+
+/* "<prefix>/watch/refused": how many ranks saw a listening rank's port refuse them. */
+static void refused_key(smddp_comm_t comm, char *key, size_t cap)
+{
+    snprintf(key, cap, "%s/watch/refused", comm->prefix);
+}
 
 static void watch_off(watched_t *p, int rank, const char *why, int err)
 {
@@ -78,9 +103,7 @@ static void look(watched_t *p, int rank, int64_t now_ns)
         int err = 0;
         socklen_t len = sizeof(err);
         if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-        if (err == ECONNRESET || err == EPIPE) {
-            p->reset_ns = now_ns; /* it answered, then went */
-        } else if (err == ECONNREFUSED) {
+        if (err == ECONNREFUSED || err == ECONNRESET || err == EPIPE) {
             /* Its host answered, but nothing listens on its port any more. */
             p->reset_ns = now_ns;
             p->refused = true;
@@ -113,10 +136,10 @@ static void look(watched_t *p, int rank, int64_t now_ns)
 static void watch(smddp_comm_t comm, int rank, int64_t store_ms, int wait_ms)
 {
     watched_t *p = &comm->watch->peers[rank];
-    struct sockaddr_storage addr;
-    socklen_t len;
+    struct sockaddr_in6 addr = p->addr;
+    socklen_t len = p->addr_len;
     p->state = W_OFF;
-    if (!smddp__ofi_sockaddr(comm, rank, &addr, &len)) return;
+    if (!len) return;
     char key[320];
     void *v = NULL;
     size_t vlen = 0;
@@ -132,8 +155,8 @@ static void watch(smddp_comm_t comm, int rank, int64_t store_ms, int wait_ms)
         watch_off(p, rank, "it cannot listen", 0);
         return;
     }
-    ((struct sockaddr_in *)&addr)->sin_port = htons((uint16_t)port); /* same field in IPv6 */
-    p->fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    addr.sin6_port = htons((uint16_t)port); /* the same field as sin_port */
+    p->fd = socket(addr.sin6_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (p->fd < 0) {
         watch_off(p, rank, "socket", errno);
         return;
@@ -164,15 +187,26 @@ smddp_status_t smddp__watch_open(smddp_comm_t comm)
         return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the liveness watch");
     }
     pthread_mutex_init(&w->lock, NULL);
-    for (int r = 0; r < comm->size; r++) peers[r].fd = -1;
     w->peers = peers;
     w->listen_fd = -1;
     comm->watch = w;
+    int next = (comm->rank + 1) % comm->size;
+    for (int r = 0; r < comm->size; r++) {
+        struct sockaddr_storage a;
+        unsigned n;
+        peers[r].fd = -1;
+        if ((r == comm->rank || r == next || comm->node_of[r] != comm->node) &&
+            smddp__ofi_sockaddr(comm, r, &a, &n) && n <= sizeof(peers[r].addr)) {
+            memcpy(&peers[r].addr, &a, n);
+            peers[r].addr_len = n;
+        }
+    }
 
-    struct sockaddr_storage me;
-    socklen_t len;
+    struct sockaddr_storage me = {0};
+    socklen_t len = peers[comm->rank].addr_len;
     unsigned port = 0;
-    if (!smddp__ofi_sockaddr(comm, comm->rank, &me, &len)) {
+    memcpy(&me, &peers[comm->rank].addr, len);
+    if (!len) {
         SMDDP_INFO("no liveness watch across nodes: the network provider's addresses are not "
                    "IP addresses");
     } else {
@@ -195,11 +229,21 @@ smddp_status_t smddp__watch_open(smddp_comm_t comm)
     snprintf(value, sizeof(value), "%u", port);
     SMDDP_CHECK(smddp__store_set(comm->store, key, value, strlen(value) + 1));
     if (w->listen_fd >= 0) {
-        int next = (comm->rank + 1) % comm->size;
+        watched_t *p = &w->peers[next];
         watch(comm, next, comm->timeout_ms, CONNECT_WAIT_MS);
-        if (w->peers[next].state == W_NONE) {
+        if (p->state == W_NONE) {
             SMDDP_INFO("liveness watch of rank %d off: its port is not in the store", next);
-            w->peers[next].state = W_OFF;
+            p->state = W_OFF;
+        } else if (p->refused) {
+            int64_t n;
+            p->reset_ns = 0;
+            p->refused = false;
+            w->refusals_seen = true;
+            refused_key(comm, key, sizeof(key));
+            (void)smddp__store_add(comm->store, key, 1, &n);
+            smddp__clear_error();
+            watch_off(p, next, "its port, published a moment ago, refused the connection (a "
+                      "firewall?); refusals are not taken for deaths on this communicator", 0);
         }
     }
     return SMDDP_OK;
@@ -240,7 +284,24 @@ int smddp__watch_dead(smddp_comm_t comm, int64_t now_ns, int waiting_for, char *
     for (int r = 0; r < comm->size && dead < 0; r++) {
         watched_t *p = &w->peers[r];
         if (p->fd >= 0 && p->reset_ns == 0) look(p, r, now_ns);
-        if (p->reset_ns && now_ns - p->reset_ns >= SMDDP__WATCH_GRACE_NS) dead = r;
+        if (p->reset_ns && now_ns - p->reset_ns >= SMDDP__WATCH_GRACE_NS &&
+            (!p->refused || r == waiting_for))
+            dead = r;
+    }
+    if (dead >= 0 && w->peers[dead].refused && !w->refusals_seen) {
+        /* Did a rank see the network refuse a rank that was listening? */
+        char key[320];
+        int64_t n = 0;
+        refused_key(comm, key, sizeof(key));
+        if (smddp__store_add(comm->store, key, 0, &n) == SMDDP_OK && n > 0) w->refusals_seen = true;
+        smddp__clear_error();
+    }
+    if (dead >= 0 && w->peers[dead].refused && w->refusals_seen) {
+        w->peers[dead].reset_ns = 0;
+        w->peers[dead].refused = false;
+        watch_off(&w->peers[dead], dead, "its port refused the connection, as the network "
+                  "refuses this communicator's liveness connections", 0);
+        dead = -1;
     }
     if (dead >= 0)
         snprintf(why, why_len, w->peers[dead].refused

@@ -24,9 +24,10 @@ smddp_status_t smddp__watch_open(smddp_comm_t comm);
 void smddp__watch_close(smddp_comm_t comm);
 
 /*
- * A rank this rank watches whose connection broke without a goodbye (or was
- * refused) at least SMDDP__WATCH_GRACE_NS ago, with what happened in why;
- * else -1. waiting_for (>= 0) is a rank an
+ * A rank this rank watches whose connection broke without a goodbye at
+ * least SMDDP__WATCH_GRACE_NS ago (or, for waiting_for only, whose port
+ * refused the connection, unless the network is known to refuse listening
+ * ranks), with what happened in why; else -1. waiting_for (>= 0) is a rank an
  * operation waits for: if it is on another node and not watched yet, it is
  * from now on. The grace lets a rank that ended right after its last
  * transfer (a script that exits without destroying the group) finish what

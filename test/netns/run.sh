@@ -178,6 +178,58 @@ NFT
     for i in 0 1; do ip netns exec "$(ns_name "$i")" nft delete table inet smddp_loss; done
 }
 
+# firewall_job: node firewalls that reject TCP to every port but the store's
+# and libfabric's (FI_TCP_PORT_LOW/HIGH_RANGE), as sites that open only
+# those do, so the liveness watch's own connections are refused; rank 3 then
+# stalls (SIGSTOP) for 6 s in the middle of checked allreduces. The others
+# wait for it and must not take the refusals for its death: every rank
+# finishes with exact results.
+firewall_job() {
+    local name="2x2-firewall-stall" ok=1 rejected missed
+    for i in 0 1; do
+        ip netns exec "$(ns_name "$i")" sysctl -qw net.ipv4.ip_local_port_range="50000 60999" || ok=0
+        ip netns exec "$(ns_name "$i")" nft -f - <<'NFT' || ok=0
+table inet smddp_fw {
+    chain in {
+        type filter hook input priority 0; policy accept;
+        iifname "eth0" tcp dport != 20000-41999 tcp flags & (syn | ack) == syn counter reject with tcp reset
+    }
+}
+NFT
+    done
+    if [ $ok = 0 ]; then
+        failed=$((failed + 1))
+        echo "FAIL $name: cannot set up the firewall (nft, sysctl)"
+        return
+    fi
+    NS_ENV=(FI_TCP_PORT_LOW_RANGE=41000 FI_TCP_PORT_HIGH_RANGE=41999 SMDDP_TIMEOUT=60)
+    start_ranks 2 2 120 "$LOG/$name" "$BENCH" -o allreduce -b 8 -e 4M -f 4 -n 50 -w 1 -c 1
+    NS_ENV=()
+    # Once rank 0 prints its table's header, the communicator is up.
+    for ((k = 0; k < 300; k++)); do
+        grep -q '^#' "$LOG/$name.rank0" 2>/dev/null && break
+        sleep 0.1
+    done
+    sleep 0.3
+    pkill -STOP -P "${RANK_PIDS[3]}"
+    missed=$(grep -c 'wrong element' "$LOG/$name.rank0")   # rank 0's last line: it was done
+    sleep 6
+    pkill -CONT -P "${RANK_PIDS[3]}"
+    if wait_ranks; then ok=1; else ok=0; fi
+    rejected=$(for i in 0 1; do ip netns exec "$(ns_name "$i")" nft list ruleset; done |
+        grep -o 'packets [0-9]*' | awk '{s += $2} END {print s + 0}')
+    for i in 0 1; do ip netns exec "$(ns_name "$i")" nft delete table inet smddp_fw; done
+    if [ $ok = 1 ] && [ "$rejected" -gt 0 ] && [ "$missed" = 0 ]; then
+        passed=$((passed + 1))
+        echo "PASS $name ($rejected connection(s) rejected)"
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name (ranks all exited 0: $ok; connections rejected: $rejected, must be > 0;" \
+            "rank 0 done before the stall: $missed, must be 0; logs: $LOG/$name.rank*)"
+        grep -h "smddp_bench rank\|ERROR\|WARN" "$LOG/$name".rank* | head -n 5
+    fi
+}
+
 # wired_job: 2 x 2 ranks whose nodes are joined only through test/netns/wire.c,
 # which delays every frame by 1 ms and drops 0.1% of them (netem's "delay 1ms
 # loss 0.1%", which this kernel lacks). The collectives' results are checked;
@@ -257,6 +309,7 @@ see the error above (is this a container without CAP_NET_ADMIN?)"
     fi
     if [ "$nodes" = 2 ]; then
         lossy_job
+        firewall_job
         fault_job kill 25
         fault_job link 40
         wired_job

@@ -125,6 +125,13 @@ static void test_last_error_basics(void **state)
     assert_int_equal(cfg.size, sizeof(cfg));
     assert_null(cfg.prefix);
     assert_true(cfg.timeout_ms < 0);
+    /* A 0 ms deadline would fail every wait at once: refused, saying what is accepted. */
+    smddp_comm_t c = NULL;
+    cfg.timeout_ms = 0;
+    assert_int_equal(smddp_comm_create_from_env(&cfg, &c), SMDDP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(smddp_get_last_error(NULL), "timeout_ms is 0; use > 0"));
+    assert_null(c);
+    cfg.timeout_ms = -1;
     smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
     assert_int_equal(attr.size, sizeof(attr));
     assert_int_equal(attr.mem_type, SMDDP_MEM_HOST);

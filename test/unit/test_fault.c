@@ -249,6 +249,10 @@ static void set_timeout_fn(smddp_comm_t comm, int rank, int size, void *arg)
     record_pid(rank);
     H_STATUS(smddp_comm_set_timeout(comm, 0), SMDDP_ERR_INVALID_ARGUMENT);
     H_HAS(smddp_get_last_error(NULL), "timeout_ms is 0");
+    /* "Forever" is capped, not overflowed into a deadline in the past: rank 0 waits. */
+    H_OK(smddp_comm_set_timeout(comm, INT64_MAX));
+    if (rank == 1) sleep_ms(300);
+    check_usable(comm, rank, size);
     H_OK(smddp_comm_set_timeout(comm, 1000));
     check_usable(comm, rank, size);
     if (rank == 0) {

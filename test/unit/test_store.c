@@ -3,6 +3,8 @@
  * size limits, and a server that must survive malformed and random input
  * while a client must fail (not hang) when its server dies, stops answering
  * or speaks nonsense. Every test starts its own server on a loopback port.
+ * Last, the core's wrapper around any store (smddp__store_get in comm.c):
+ * a waiting get lets other threads in, and never asks for a 0 ms wait.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "param.h"
 #include "store/store.h"
 
@@ -939,6 +942,160 @@ static void test_server_lifecycle(void **state)
     close(fd2);
 }
 
+/* ---- the core's wrapper (comm.c) over a store that waits server-side -------- */
+
+/*
+ * A store whose get waits for the key the way a server does, for the whole
+ * timeout it is given, while the caller holds the wrapper's lock. A 0 ms
+ * timeout would mean "forever" to torch's stores: it is counted and answered
+ * at once here, so that the test cannot hang. `overshoot_ms` is added to
+ * every wait, as FileStore's polling does.
+ */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int has_key;
+    int zero_waits;
+    int overshoot_ms;
+} fake_store_t;
+
+static smddp_status_t fake_set(void *ctx, const char *key, const void *v, size_t len)
+{
+    (void)key, (void)v, (void)len;
+    fake_store_t *f = ctx;
+    pthread_mutex_lock(&f->mu);
+    f->has_key = 1;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    return SMDDP_OK;
+}
+
+static smddp_status_t fake_get(void *ctx, const char *key, int64_t timeout_ms, void **v,
+                               size_t *len)
+{
+    (void)key;
+    fake_store_t *f = ctx;
+    pthread_mutex_lock(&f->mu);
+    if (timeout_ms == 0) f->zero_waits++;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    int64_t ns = until.tv_nsec + (timeout_ms > 0 ? timeout_ms + f->overshoot_ms : 0) * 1000000LL;
+    until.tv_sec += ns / 1000000000LL;
+    until.tv_nsec = ns % 1000000000LL;
+    while (!f->has_key && timeout_ms > 0 &&
+           pthread_cond_timedwait(&f->cv, &f->mu, &until) != ETIMEDOUT) {
+    }
+    int has = f->has_key;
+    pthread_mutex_unlock(&f->mu);
+    if (!has) return SMDDP_ERR_TIMEOUT;
+    *v = strdup("1");
+    *len = 2;
+    return SMDDP_OK;
+}
+
+static smddp_status_t fake_add(void *ctx, const char *key, int64_t d, int64_t *out)
+{
+    (void)ctx, (void)key;
+    *out = d;
+    return SMDDP_OK;
+}
+
+static smddp__store_ref_t *fake_ref(fake_store_t *f)
+{
+    memset(f, 0, sizeof(*f));
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    smddp__store_ref_t *ref = calloc(1, sizeof(*ref));
+    assert_non_null(ref);
+    ref->table = (smddp_store_t){.size = sizeof(smddp_store_t), .ctx = f, .set = fake_set,
+                                 .get = fake_get, .add = fake_add};
+    pthread_mutex_init(&ref->lock, NULL);
+    atomic_init(&ref->refs, 1);
+    atomic_init(&ref->queued, 0);
+    return ref;
+}
+
+typedef struct {
+    smddp__store_ref_t *ref;
+    smddp_status_t st;
+    double took_s;
+} waiter_t;
+
+static void *wrapper_getter(void *arg)
+{
+    waiter_t *w = arg;
+    void *v = NULL;
+    size_t len = 0;
+    double t0 = now_s();
+    w->st = smddp__store_get(w->ref, "k", 4000, &v, &len);
+    w->took_s = now_s() - t0;
+    free(v);
+    return NULL;
+}
+
+/*
+ * One thread waits for a key that only a second thread's set will publish:
+ * the set must get through while the get waits (two threads making
+ * communicators at once depend on each other like this across ranks). A get
+ * that took the lock back at once after each slice starved the set until the
+ * get's own timeout.
+ */
+static void test_wrapper_get_lets_a_set_in(void **state)
+{
+    (void)state;
+    double best = 1e9;
+    for (int round = 0; round < 3; round++) {
+        fake_store_t f;
+        smddp__store_ref_t *ref = fake_ref(&f);
+        waiter_t w = {.ref = ref};
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, wrapper_getter, &w), 0);
+        sleep_ms(120); /* the get is in its third slice */
+        double t0 = now_s();
+        assert_int_equal(smddp__store_set(ref, "k", "1", 2), SMDDP_OK);
+        double set_s = now_s() - t0;
+        pthread_join(t, NULL);
+        assert_int_equal(w.st, SMDDP_OK);
+        if (set_s > 0.5 || w.took_s > 1.0)
+            fail_msg("round %d: the set waited %.3f s for the store, the get took %.3f s", round,
+                     set_s, w.took_s);
+        if (set_s < best) best = set_s;
+        smddp__store_unref(ref);
+        pthread_cond_destroy(&f.cv);
+        pthread_mutex_destroy(&f.mu);
+    }
+    /*
+     * The set goes in when the get's current 50 ms slice ends. Taking the
+     * lock straight back made it wait at least one more slice (80-240 ms
+     * measured); the best of three rounds allows for a slow machine.
+     */
+    if (best > 0.070)
+        fail_msg("the set waited %.3f s at best: more than the get's current slice", best);
+}
+
+/*
+ * Slices of a get whose store overshoots each wait: the last slice would have
+ * been 0 ms, which torch's stores take as "wait forever".
+ */
+static void test_wrapper_get_never_waits_0_ms(void **state)
+{
+    (void)state;
+    for (int64_t timeout = 51; timeout <= 60; timeout++) {
+        fake_store_t f;
+        smddp__store_ref_t *ref = fake_ref(&f);
+        f.overshoot_ms = 10;
+        void *v = NULL;
+        size_t len = 0;
+        assert_int_equal(smddp__store_get(ref, "k", timeout, &v, &len), SMDDP_ERR_TIMEOUT);
+        assert_null(v);
+        if (f.zero_waits)
+            fail_msg("a get of %lld ms asked the store for a 0 ms wait", (long long)timeout);
+        smddp__store_unref(ref);
+        pthread_cond_destroy(&f.cv);
+        pthread_mutex_destroy(&f.mu);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -956,6 +1113,8 @@ int main(void)
         cmocka_unit_test(test_bad_server_replies),
         cmocka_unit_test(test_connect_before_server_starts),
         cmocka_unit_test(test_server_lifecycle),
+        cmocka_unit_test(test_wrapper_get_lets_a_set_in),
+        cmocka_unit_test(test_wrapper_get_never_waits_0_ms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

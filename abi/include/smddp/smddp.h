@@ -138,7 +138,7 @@ typedef struct smddp_store {
 typedef struct smddp_comm_config {
     size_t size;          /**< sizeof(smddp_comm_config_t) */
     const char *prefix;   /**< store key prefix, so several communicators can share one store (NULL: "smddp") */
-    int64_t timeout_ms;   /**< deadline for every wait; < 0 takes SMDDP_TIMEOUT (default 30 min) */
+    int64_t timeout_ms;   /**< deadline for every wait, > 0 (capped at 1e12 ms); < 0 takes SMDDP_TIMEOUT (default 30 min) */
 } smddp_comm_config_t;
 
 /**
@@ -277,7 +277,8 @@ SMDDP_API smddp_status_t smddp_comm_abort(smddp_comm_t comm);
 
 /**
  * Sets the deadline of every wait for operations that start after this call
- * (those already running keep theirs): timeout_ms > 0, or < 0 for SMDDP_TIMEOUT.
+ * (those already running keep theirs): timeout_ms > 0 (values above 1e12 ms,
+ * about 31 years, are taken as 1e12), or < 0 for SMDDP_TIMEOUT.
  * Local; safe to call from any thread.
  */
 SMDDP_API smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeout_ms);
