@@ -93,8 +93,11 @@ smddp_status_t smddp__store_set(smddp__store_ref_t *s, const char *key, const vo
 }
 
 /*
- * Longest time one get holds the store. A get that waits for a key asks in
- * slices of this and lets go in between, so that other threads' store calls
+ * How long one get holds the store: a get that waits for a key asks in
+ * slices, first of STORE_SLICE_MS, each twice the last up to
+ * STORE_SLICE_MAX_MS (a long wait, such as many ranks waiting for a late
+ * one, then asks a few times a second instead of twenty), and lets go in
+ * between, so that other threads' store calls
  * (another communicator being made or split on another thread, an abort
  * poll) are not queued behind it: two threads making communicators at once
  * deadlocked until the timeout when each held the store while waiting for a
@@ -105,6 +108,7 @@ smddp_status_t smddp__store_set(smddp__store_ref_t *s, const char *key, const vo
  * which some stores (torch's) take as "no timeout".
  */
 #define STORE_SLICE_MS 50
+#define STORE_SLICE_MAX_MS 400
 #define STORE_STEP_ASIDE_US 1000
 
 smddp_status_t smddp__store_get(smddp__store_ref_t *s, const char *key, int64_t timeout_ms,
@@ -115,9 +119,9 @@ smddp_status_t smddp__store_get(smddp__store_ref_t *s, const char *key, int64_t 
     *len = 0;
     int64_t deadline = smddp__now_ns() + timeout_ms * 1000000LL;
     smddp_status_t st;
-    for (;;) {
+    for (int64_t most = STORE_SLICE_MS;; most = SMDDP_MIN(2 * most, (int64_t)STORE_SLICE_MAX_MS)) {
         int64_t left = (deadline - smddp__now_ns()) / 1000000LL;
-        int64_t slice = SMDDP_MIN(SMDDP_MAX(left, (int64_t)1), (int64_t)STORE_SLICE_MS);
+        int64_t slice = SMDDP_MIN(SMDDP_MAX(left, (int64_t)1), most);
         store_lock(s);
         st = s->table.get(s->table.ctx, key, slice, v, len);
         pthread_mutex_unlock(&s->lock);

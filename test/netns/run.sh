@@ -203,14 +203,14 @@ NFT
         return
     fi
     NS_ENV=(FI_TCP_PORT_LOW_RANGE=41000 FI_TCP_PORT_HIGH_RANGE=41999 SMDDP_TIMEOUT=60)
-    start_ranks 2 2 120 "$LOG/$name" "$BENCH" -o allreduce -b 8 -e 4M -f 4 -n 50 -w 1 -c 1
+    start_ranks 2 2 120 "$LOG/$name" "$BENCH" -o allreduce -b 8 -e 16M -f 8 -n 100 -w 1 -c 1
     NS_ENV=()
-    # Once rank 0 prints its table's header, the communicator is up.
-    for ((k = 0; k < 300; k++)); do
+    # Once rank 0 prints its table's header, the communicator is up (the
+    # allreduces that follow take a few seconds, 16 MiB ones most of it).
+    for ((k = 0; k < 1500; k++)); do
         grep -q '^#' "$LOG/$name.rank0" 2>/dev/null && break
-        sleep 0.1
+        sleep 0.02
     done
-    sleep 0.3
     pkill -STOP -P "${RANK_PIDS[3]}"
     missed=$(grep -c 'wrong element' "$LOG/$name.rank0")   # rank 0's last line: it was done
     sleep 6

@@ -388,6 +388,9 @@ def _check_p2p_and_barrier(rank, world, gloo):
                      torch.full((5,), 100 + src, dtype=torch.int64))
         if sorted(senders) != list(range(1, world)):
             failures.append(f"recv from any rank: senders {senders}, expected 1..{world - 1}")
+        # Only now may the last rank send its second message: sent earlier, it
+        # could overtake another rank's first one and meet a 5-element recv.
+        dist.send(torch.zeros(1), dst=world - 1)
         t = torch.zeros(2)
         work = dist.irecv(t)  # no src: the Work names the sender after wait()
         work.wait()
@@ -396,6 +399,7 @@ def _check_p2p_and_barrier(rank, world, gloo):
     else:
         dist.send(torch.full((5,), 100 + rank, dtype=torch.int64), dst=0)
         if rank == world - 1:
+            dist.recv(torch.zeros(1), src=0)
             dist.send(torch.full((2,), 9.0), dst=0)
     for _ in range(3):
         dist.barrier()

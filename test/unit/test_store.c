@@ -1050,7 +1050,7 @@ static void test_wrapper_get_lets_a_set_in(void **state)
         waiter_t w = {.ref = ref};
         pthread_t t;
         assert_int_equal(pthread_create(&t, NULL, wrapper_getter, &w), 0);
-        sleep_ms(120); /* the get is in its third slice */
+        sleep_ms(120); /* the get is in its second slice (50 ms, then 100) */
         double t0 = now_s();
         assert_int_equal(smddp__store_set(ref, "k", "1", 2), SMDDP_OK);
         double set_s = now_s() - t0;
@@ -1065,9 +1065,10 @@ static void test_wrapper_get_lets_a_set_in(void **state)
         pthread_mutex_destroy(&f.mu);
     }
     /*
-     * The set goes in when the get's current 50 ms slice ends. Taking the
-     * lock straight back made it wait at least one more slice (80-240 ms
-     * measured); the best of three rounds allows for a slow machine.
+     * The set goes in when the get's current slice ends, 30 ms after it
+     * started. Taking the lock straight back made it wait at least one more
+     * slice (80-240 ms measured with 50 ms slices); the best of three rounds
+     * allows for a slow machine.
      */
     if (best > 0.070)
         fail_msg("the set waited %.3f s at best: more than the get's current slice", best);
