@@ -174,6 +174,12 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
             op->seq = op->kind == SMDDP_OP_SEND ? comm->p2p_send_seq[op->root]++
                                                 : comm->p2p_recv_seq[op->root]++;
         smddp_status_t st = smddp__p2p_submit(comm, op);
+        if (st < 0 && op->root >= 0) { /* never issued: the next message keeps this number */
+            if (op->kind == SMDDP_OP_SEND)
+                comm->p2p_send_seq[op->root]--;
+            else
+                comm->p2p_recv_seq[op->root]--;
+        }
         pthread_mutex_unlock(&comm->lock);
         if (st < 0 || !req) {
             if (st >= 0) st = smddp__request_wait(op, -1);

@@ -72,6 +72,12 @@ struct smddp__p2p {
     bool stopping;
     smddp__op_t *incoming, *incoming_tail; /* submitted, not yet sorted */
     smddp__op_t **sendq, **recvq;          /* per local rank: FIFO heads */
+    /*
+     * Per local rank: receives from it sorted into recvq so far, directed or
+     * bound from any rank. Equal to comm->p2p_recv_seq[rank] unless a directed
+     * receive was issued and is still in `incoming`: its number comes first.
+     */
+    uint64_t *recvs_sorted;
     p2p_state_t *sends, *recvs;            /* state of each FIFO head */
     remote_t *remote;                      /* posted to peers on other nodes */
     /*
@@ -407,12 +413,21 @@ static bool progress_any(smddp_comm_t comm, smddp_status_t *err)
             int lr = smddp__local_index(comm, q);
             if (lr >= 0) {
                 if (!p->recvq[lr] && smddp__shm_ring_avail(comm, lr) > 0) {
-                    /* The pair's rings match in order: the number only names it in messages. */
+                    /*
+                     * The pair's rings match in order: the number only names it
+                     * in messages. A directed receive from q issued but not
+                     * sorted yet takes q's next message, not this one.
+                     */
                     pthread_mutex_lock(&comm->lock);
-                    uint64_t seq = comm->p2p_recv_seq[q]++;
+                    uint64_t seq = comm->p2p_recv_seq[q];
+                    bool free_to_take = seq == p->recvs_sorted[lr];
+                    if (free_to_take) comm->p2p_recv_seq[q]++;
                     pthread_mutex_unlock(&comm->lock);
-                    bind_any(comm, q, seq);
-                    src = q;
+                    if (free_to_take) {
+                        p->recvs_sorted[lr]++;
+                        bind_any(comm, q, seq);
+                        src = q;
+                    }
                 }
             } else if (p->peeks && match_remote(comm, q, err)) {
                 src = q;
@@ -530,6 +545,8 @@ static smddp_status_t check_health(smddp_comm_t comm)
                                           dir ? "send it" : "receive it");
         }
     }
+    /* Nothing else asks the store or the liveness watch while only these wait. */
+    if (p->anyq && comm->node_count > 1) (void)smddp__comm_poll_remote_abort(comm, now, -1);
     for (smddp__op_t *op = p->anyq; op; op = op->next) {
         char desc[256];
         smddp__op_describe(op, desc, sizeof(desc));
@@ -556,6 +573,30 @@ static void abort_all(smddp_comm_t comm, smddp_status_t st)
     fail_all(comm, st);
 }
 
+/*
+ * Sets op aside as failed with the current error, to be completed once
+ * p->lock is let go: its completion callback may issue a send or receive,
+ * which takes p->lock.
+ */
+static void set_aside_failed(smddp__op_t **failed, smddp__op_t *op, smddp_status_t st)
+{
+    op->status = st;
+    snprintf(op->errmsg, sizeof(op->errmsg), "%s", smddp__last_error());
+    op->next = *failed;
+    *failed = op;
+}
+
+static void complete_failed(smddp__op_t *failed)
+{
+    while (failed) {
+        smddp__op_t *op = failed;
+        failed = op->next;
+        smddp__error_quiet(op->status, "%s", op->errmsg);
+        smddp__op_complete(op, op->status);
+        smddp__request_unref(op);
+    }
+}
+
 static void *p2p_main(void *arg)
 {
     smddp_comm_t comm = arg;
@@ -565,6 +606,7 @@ static void *p2p_main(void *arg)
     smddp__library_thread = true;
     pthread_mutex_lock(&p->lock);
     for (;;) {
+        smddp__op_t *failed = NULL;
         while (p->incoming) {
             smddp__op_t *op = p->incoming;
             /*
@@ -575,17 +617,18 @@ static void *p2p_main(void *arg)
             if (ready == SMDDP_IN_PROGRESS) break;
             p->incoming = op->next;
             if (ready < 0) {
-                smddp__op_complete(op, ready);
-                smddp__request_unref(op);
+                int flr = op->root >= 0 ? smddp__local_index(comm, op->root) : -1;
+                if (op->kind == SMDDP_OP_RECV && flr >= 0)
+                    p->recvs_sorted[flr]++; /* its number is spent */
+                set_aside_failed(&failed, op, ready);
                 continue;
             }
             if (op->root < 0) { /* a receive from any rank */
                 if (!p->peeks && comm->ofi_p2p && comm->node_count > 1) {
                     p->peeks = calloc((size_t)comm->size, sizeof(*p->peeks));
                     if (!p->peeks) {
-                        smddp__op_complete(op, smddp__error(SMDDP_ERR_NO_MEMORY, "cannot "
-                                                            "allocate a receive from any rank"));
-                        smddp__request_unref(op);
+                        set_aside_failed(&failed, op, smddp__error(SMDDP_ERR_NO_MEMORY, "cannot "
+                                         "allocate a receive from any rank"));
                         continue;
                     }
                 }
@@ -599,10 +642,17 @@ static void *p2p_main(void *arg)
                 continue;
             }
             fifo_push(op->kind == SMDDP_OP_SEND ? &p->sendq[lr] : &p->recvq[lr], op);
+            if (op->kind == SMDDP_OP_RECV) p->recvs_sorted[lr]++;
             p->active++;
         }
         bool held = p->incoming != NULL;
         if (!held) p->incoming_tail = NULL;
+        if (failed) {
+            pthread_mutex_unlock(&p->lock);
+            complete_failed(failed);
+            pthread_mutex_lock(&p->lock);
+            continue;
+        }
         if (p->active == 0 && !held) {
             if (p->stopping) break;
             pthread_cond_wait(&p->cond, &p->lock);
@@ -660,6 +710,7 @@ static void p2p_free(smddp__p2p_t *p)
     free(p->peeks);
     free(p->sendq);
     free(p->recvq);
+    free(p->recvs_sorted);
     free(p->sends);
     free(p->recvs);
     free(p->waiting);
@@ -677,14 +728,15 @@ smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op)
         if (p) {
             p->sendq = calloc(n, sizeof(*p->sendq));
             p->recvq = calloc(n, sizeof(*p->recvq));
+            p->recvs_sorted = calloc(n, sizeof(*p->recvs_sorted));
             p->sends = calloc(n, sizeof(*p->sends));
             p->recvs = calloc(n, sizeof(*p->recvs));
             p->waiting = calloc(q, sizeof(*p->waiting));
             p->waiting_tail = calloc(q, sizeof(*p->waiting_tail));
             p->posted = calloc(q, sizeof(*p->posted));
         }
-        if (!p || !p->sendq || !p->recvq || !p->sends || !p->recvs || !p->waiting ||
-            !p->waiting_tail || !p->posted) {
+        if (!p || !p->sendq || !p->recvq || !p->recvs_sorted || !p->sends || !p->recvs ||
+            !p->waiting || !p->waiting_tail || !p->posted) {
             p2p_free(p);
             return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate send/recv state");
         }

@@ -626,12 +626,18 @@ static void test_callbacks_3(void **state) { (void)state; run(3, callback_rank, 
  * per rank), joined through libfabric over loopback. The same checks as on
  * one node: every dtype x op, in place and out of place, bit-identical results.
  */
-static void run_nodes_env(int nranks, int per_node, harness_fn_t fn, const char *env)
+static void run_nodes_env_arg(int nranks, int per_node, harness_fn_t fn, void *arg,
+                              const char *env)
 {
     harness_opts_t opts = {.timeout_s = 600, .ranks_per_node = per_node, .env = env};
     int shm_before = harness_shm_count();
-    assert_int_equal(harness_run(nranks, fn, NULL, &opts), 0);
+    assert_int_equal(harness_run(nranks, fn, arg, &opts), 0);
     assert_int_equal(harness_shm_count(), shm_before);
+}
+
+static void run_nodes_env(int nranks, int per_node, harness_fn_t fn, const char *env)
+{
+    run_nodes_env_arg(nranks, per_node, fn, NULL, env);
 }
 
 static void run_nodes(int nranks, int per_node, harness_fn_t fn)
@@ -1007,12 +1013,14 @@ static void test_nodes_p2p_stuck_peer(void **state)
  * other nodes at once, as a collective's does. Rank 1 gets a message larger
  * than its receive, which aborts its communicator (tcp;ofi_rxm cannot match
  * what follows); it stays alive, so only the abort can tell the others. Rank
- * 0 then waits for a message from rank 1 and rank 2 for an allreduce's: both
- * must fail with rank 1's message within seconds, long before SMDDP_TIMEOUT (60 s here).
+ * 0 then waits for a message from rank 1 (or, with arg, from any rank: only
+ * receives from any rank were waiting, which once never asked the store) and
+ * rank 2 for an allreduce's: both must fail with rank 1's message within
+ * seconds, long before SMDDP_TIMEOUT (60 s here).
  */
 static void p2p_abort_spreads_rank(smddp_comm_t comm, int rank, int size, void *arg)
 {
-    (void)arg;
+    int from = arg ? SMDDP_ANY_SOURCE : 1;
     (void)size;
     int32_t big[64] = {0}, small[4], x = rank;
     int64_t t0 = smddp__now_ns();
@@ -1027,7 +1035,7 @@ static void p2p_abort_spreads_rank(smddp_comm_t comm, int rank, int size, void *
     }
     if (rank == 0) {
         H_OK(smddp_send(comm, big, 64, SMDDP_INT32, 1, 5, NULL, NULL));
-        st = smddp_recv(comm, &x, 1, SMDDP_INT32, 1, 6, NULL, NULL);
+        st = smddp_recv(comm, &x, 1, SMDDP_INT32, from, 6, NULL, NULL);
     } else {
         st = smddp_allreduce(comm, &x, &x, 1, SMDDP_INT32, SMDDP_SUM, NULL, NULL);
     }
@@ -1044,6 +1052,13 @@ static void test_nodes_p2p_abort_spreads(void **state)
 {
     (void)state;
     run_nodes_env(3, 1, p2p_abort_spreads_rank, "SMDDP_TIMEOUT=60");
+}
+
+static void test_nodes_p2p_abort_reaches_any_source(void **state)
+{
+    (void)state;
+    static int any = 1;
+    run_nodes_env_arg(3, 1, p2p_abort_spreads_rank, &any, "SMDDP_TIMEOUT=60");
 }
 
 /*
@@ -1239,6 +1254,7 @@ int main(void)
         cmocka_unit_test(test_nodes_p2p),
         cmocka_unit_test(test_nodes_p2p_stuck_peer),
         cmocka_unit_test(test_nodes_p2p_abort_spreads),
+        cmocka_unit_test(test_nodes_p2p_abort_reaches_any_source),
         cmocka_unit_test(test_nodes_lone_rank_killed),
         cmocka_unit_test(test_nodes_lone_rank_killed_p2p),
         cmocka_unit_test(test_nodes_clean_leave_not_death),
