@@ -88,9 +88,7 @@ smddp_status_t smddp_comm_create(const smddp_store_t *store, int rank, int world
     if (config && config->timeout_ms == 0)
         return INVALID(NULL, "smddp_comm_create: config->timeout_ms is 0; use > 0 milliseconds, "
                              "or < 0 for SMDDP_TIMEOUT");
-    int64_t timeout = config && config->timeout_ms > 0
-                          ? SMDDP_MIN(config->timeout_ms, SMDDP__TIMEOUT_MAX_MS)
-                          : smddp__params()->timeout_ms;
+    int64_t timeout = smddp__timeout_ms(config ? config->timeout_ms : -1);
     smddp__store_ref_t *ref = calloc(1, sizeof(*ref));
     if (!ref) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the store reference");
     ref->table = *store;
@@ -141,8 +139,7 @@ smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeout_ms)
     if (timeout_ms == 0)
         return INVALID(comm, "smddp_comm_set_timeout: timeout_ms is 0; use > 0 milliseconds, or "
                              "< 0 for SMDDP_TIMEOUT");
-    atomic_store(&comm->timeout_ms, timeout_ms > 0 ? SMDDP_MIN(timeout_ms, SMDDP__TIMEOUT_MAX_MS)
-                                                   : smddp__params()->timeout_ms);
+    atomic_store(&comm->timeout_ms, smddp__timeout_ms(timeout_ms));
     return SMDDP_OK;
 }
 

@@ -158,15 +158,17 @@ def make_op(torch, dist, coll: str, size: int, n: int, group):
     elif coll == "allgather":
         inp = torch.zeros(count // n, dtype=torch.float32)
         out = torch.empty(count, dtype=torch.float32)
+        gather = all_gather(dist)                   # looked up once, not in the timed loop
 
         def op():
-            all_gather(dist)(out, inp, group=group)
+            gather(out, inp, group=group)
     else:
         inp = torch.zeros(count, dtype=torch.float32)
         out = torch.empty(count // n, dtype=torch.float32)
+        scatter = reduce_scatter(dist)
 
         def op():
-            reduce_scatter(dist)(out, inp, op=dist.ReduceOp.SUM, group=group)
+            scatter(out, inp, op=dist.ReduceOp.SUM, group=group)
     return op, nbytes
 
 

@@ -51,9 +51,7 @@ smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config, sm
     const char *rank_from = "SMDDP_RANK", *size_from = "SMDDP_WORLD_SIZE";
     int rank = params->rank >= 0 ? params->rank : env_int(rank_vars, &rank_from);
     int size = params->world_size >= 0 ? params->world_size : env_int(size_vars, &size_from);
-    int64_t timeout_ms = config && config->timeout_ms > 0
-                             ? SMDDP_MIN(config->timeout_ms, SMDDP__TIMEOUT_MAX_MS)
-                             : params->timeout_ms;
+    int64_t timeout_ms = smddp__timeout_ms(config ? config->timeout_ms : -1);
 
     if (rank < 0 || size < 1)
         return smddp__error(SMDDP_ERR_INVALID_ARGUMENT,

@@ -76,6 +76,13 @@ static smddp_status_t store_fail(smddp_status_t st, const char *what, const char
                               key, inner[0] ? ": " : "", inner);
 }
 
+#define TIMEOUT_MAX_MS 1000000000000LL /* see smddp__timeout_ms */
+
+int64_t smddp__timeout_ms(int64_t requested_ms)
+{
+    return requested_ms > 0 ? SMDDP_MIN(requested_ms, TIMEOUT_MAX_MS) : smddp__params()->timeout_ms;
+}
+
 static void store_lock(smddp__store_ref_t *s)
 {
     atomic_fetch_add(&s->queued, 1);

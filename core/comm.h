@@ -61,8 +61,12 @@ typedef struct smddp_request {
     char errmsg[SMDDP_ERRMSG_MAX];
 } smddp__op_t;
 
-/* Longest timeout kept (1e9 s, as SMDDP_TIMEOUT allows): deadlines in ns stay within int64. */
-#define SMDDP__TIMEOUT_MAX_MS 1000000000000LL
+/*
+ * The timeout a communicator keeps for a requested one: > 0 ms capped at
+ * 1e12 ms (1e9 s, as SMDDP_TIMEOUT allows, so deadlines in ns stay within
+ * int64); anything else takes SMDDP_TIMEOUT.
+ */
+int64_t smddp__timeout_ms(int64_t requested_ms);
 
 /* A store shared by a communicator and those split from it. */
 typedef struct smddp__store_ref {

@@ -85,6 +85,7 @@ static void refused_key(smddp_comm_t comm, char *key, size_t cap)
     snprintf(key, cap, "%s/watch/refused", comm->prefix);
 }
 
+/* A watch that is off tells nothing: not even a break it saw before. */
 static void watch_off(watched_t *p, int rank, const char *why, int err)
 {
     SMDDP_INFO("liveness watch of rank %d off: %s%s%s", rank, why, err ? ": " : "",
@@ -92,6 +93,21 @@ static void watch_off(watched_t *p, int rank, const char *why, int err)
     if (p->fd >= 0) close(p->fd);
     p->fd = -1;
     p->state = W_OFF;
+    p->reset_ns = 0;
+    p->refused = false;
+}
+
+/* Whether some rank saw the network refuse a rank that was listening (asks the store once). */
+static bool refusals_untrusted(smddp_comm_t comm, smddp__watch_t *w)
+{
+    if (!w->refusals_seen) {
+        char key[320];
+        int64_t n = 0;
+        refused_key(comm, key, sizeof(key));
+        if (smddp__store_add(comm->store, key, 0, &n) == SMDDP_OK && n > 0) w->refusals_seen = true;
+        smddp__clear_error();
+    }
+    return w->refusals_seen;
 }
 
 /* Looks at the connection to rank once (lock held). */
@@ -236,8 +252,6 @@ smddp_status_t smddp__watch_open(smddp_comm_t comm)
             p->state = W_OFF;
         } else if (p->refused) {
             int64_t n;
-            p->reset_ns = 0;
-            p->refused = false;
             w->refusals_seen = true;
             refused_key(comm, key, sizeof(key));
             (void)smddp__store_add(comm->store, key, 1, &n);
@@ -288,17 +302,7 @@ int smddp__watch_dead(smddp_comm_t comm, int64_t now_ns, int waiting_for, char *
             (!p->refused || r == waiting_for))
             dead = r;
     }
-    if (dead >= 0 && w->peers[dead].refused && !w->refusals_seen) {
-        /* Did a rank see the network refuse a rank that was listening? */
-        char key[320];
-        int64_t n = 0;
-        refused_key(comm, key, sizeof(key));
-        if (smddp__store_add(comm->store, key, 0, &n) == SMDDP_OK && n > 0) w->refusals_seen = true;
-        smddp__clear_error();
-    }
-    if (dead >= 0 && w->peers[dead].refused && w->refusals_seen) {
-        w->peers[dead].reset_ns = 0;
-        w->peers[dead].refused = false;
+    if (dead >= 0 && w->peers[dead].refused && refusals_untrusted(comm, w)) {
         watch_off(&w->peers[dead], dead, "its port refused the connection, as the network "
                   "refuses this communicator's liveness connections", 0);
         dead = -1;

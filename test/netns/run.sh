@@ -144,6 +144,12 @@ fault_job() {
     fi
 }
 
+# nft_packets: packets counted by the nftables rules of both nodes' namespaces.
+nft_packets() {
+    for i in 0 1; do ip netns exec "$(ns_name "$i")" nft list ruleset; done |
+        grep -o 'packets [0-9]*' | awk '{s += $2} END {print s + 0}'
+}
+
 # lossy_job: 0.1% of the packets each node sends are dropped (nftables in
 # both namespaces; this kernel has no sch_netem for tc's delay and loss, and
 # no nfqueue to delay in user space), while the collectives run with their
@@ -168,8 +174,7 @@ NFT
         run_job "2x2-lossy-$op" 2 2 180 "$BENCH" -o "$op" -b 8 -e 32M -f 8 -n 5 -w 1 -c 1
     done
     local dropped
-    dropped=$(for i in 0 1; do ip netns exec "$(ns_name "$i")" nft list ruleset; done |
-        grep -o 'packets [0-9]*' | awk '{s += $2} END {print s + 0}')
+    dropped=$(nft_packets)
     echo "  (packets dropped: $dropped)"
     if [ "$dropped" -eq 0 ]; then
         failed=$((failed + 1))
@@ -216,8 +221,7 @@ NFT
     sleep 6
     pkill -CONT -P "${RANK_PIDS[3]}"
     if wait_ranks; then ok=1; else ok=0; fi
-    rejected=$(for i in 0 1; do ip netns exec "$(ns_name "$i")" nft list ruleset; done |
-        grep -o 'packets [0-9]*' | awk '{s += $2} END {print s + 0}')
+    rejected=$(nft_packets)
     for i in 0 1; do ip netns exec "$(ns_name "$i")" nft delete table inet smddp_fw; done
     if [ $ok = 1 ] && [ "$rejected" -gt 0 ] && [ "$missed" = 0 ]; then
         passed=$((passed + 1))
