@@ -11,8 +11,9 @@
 #
 #   bench/netns_bench.sh BUILD_DIR [NODES [PER]]     (as root; default 2 x 2)
 #
-# Prints markdown tables; removes every namespace and file it made, also on
-# failure (torch_bench's CSV and plot stay when NETNS_BENCH_OUT names a folder).
+# Prints markdown tables; removes every namespace it made, also on failure,
+# and its temporary folder unless a rank failed (then the ranks' logs stay
+# there; torch_bench's CSV and plot stay when NETNS_BENCH_OUT names a folder).
 set -uo pipefail
 
 BUILD=${1:?usage: bench/netns_bench.sh BUILD_DIR [NODES [PER]]}
@@ -25,7 +26,8 @@ M=$BUILD/bench/smddp_bench_mpi
 # shellcheck source=test/netns/lib.sh
 . "$ROOT/test/netns/lib.sh"
 tmp=""
-trap 'ns_cleanup; [ -n "$tmp" ] && rm -rf "$tmp"' EXIT
+# The temporary folder goes unless a rank failed: then its logs stay for reading.
+trap 'ns_cleanup; [ -n "$tmp" ] && [ "${rc:-1}" = 0 ] && rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
 [ -x "$S" ] || { echo "netns_bench: $S not found: build first" >&2; exit 1; }
@@ -85,5 +87,5 @@ start_ranks "$NODES" "$PER" 900 "$tmp/torch" "$PY" "$ROOT/bench/torch_bench.py" 
     --max 64M --out "${NETNS_BENCH_OUT:-$tmp}" ${TORCH_BENCH_ARGS:---no-ddp}
 wait_ranks || rc=1
 sed -n '/^# torch_bench/,$p' "$tmp/torch.rank0"
-echo "logs and CSV: $tmp"
+[ $rc = 0 ] || echo "a rank exited non-zero (torch_bench does when a speed target fails): the logs stay in $tmp"
 exit $rc

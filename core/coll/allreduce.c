@@ -52,6 +52,27 @@ static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
     return SMDDP_OK;
 }
 
+/*
+ * Reduces n elements of srcs into the staging piece dst, in slices small
+ * enough to stay in the core's cache, copying each slice to the result out
+ * right after: the rank's own piece is then not read back from staging with
+ * the others' (a sixth less memory traffic for two ranks).
+ */
+#define HOT_SLICE (64u << 10)
+
+static void reduce_and_copy(const smddp__reduce_spec_t *spec, char *out, char *dst,
+                            const void *const *srcs, int p, size_t n, int stream)
+{
+    size_t es = smddp_dtype_size(spec->dtype), slice = SMDDP_MAX(HOT_SLICE / es, (size_t)1);
+    const void *at[MAX_LOCAL];
+    for (size_t o = 0; o < n; o += slice) {
+        size_t len = SMDDP_MIN(slice, n - o);
+        for (int q = 0; q < p; q++) at[q] = (const char *)srcs[q] + o * es;
+        smddp__reduce(spec, dst + o * es, at, p, len);
+        smddp__copy(out + o * es, dst + o * es, len * es, stream);
+    }
+}
+
 /* Two-shot; with root >= 0 only the root copies the result out (reduce). */
 static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int root_lr)
 {
@@ -64,6 +85,7 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
     smddp__reduce_spec_t spec = op->spec;
     spec.avg_div = comm->size;
     int stream = op->count * es >= (size_t)smddp__params()->stream_min;
+    bool copy_out = root_lr < 0 || root_lr == me;
 
     for (size_t base = 0; base < op->count; base += round_elems) {
         size_t m = SMDDP_MIN(round_elems, op->count - base);
@@ -79,11 +101,16 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
         for (int q = 0; q < p; q++)
             srcs[q] = q == me ? send + (base + my_off) * es
                               : (const char *)smddp__shm_buf(comm, q, h) + my_off * es;
-        smddp__reduce(&spec, mine + my_off * es, srcs, p, my_len);
+        if (copy_out)
+            reduce_and_copy(&spec, recv + (base + my_off) * es, mine + my_off * es, srcs, p,
+                            my_len, stream);
+        else
+            smddp__reduce(&spec, mine + my_off * es, srcs, p, my_len);
         SMDDP_CHECK(smddp__shm_sync(comm, op));
-        if (root_lr < 0 || root_lr == me) {
+        if (copy_out) {
             for (int q = 0; q < p; q++) {
                 size_t off, len;
+                if (q == me) continue; /* copied out above */
                 smddp__piece(m, p, q, &off, &len);
                 smddp__copy(recv + (base + off) * es, (char *)smddp__shm_buf(comm, q, h) + off * es,
                             len * es, stream);
