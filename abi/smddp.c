@@ -129,7 +129,7 @@ smddp_status_t smddp_comm_abort(smddp_comm_t comm)
     char msg[128];
     snprintf(msg, sizeof(msg), "aborted by the application (smddp_comm_abort on rank %d)",
              comm->rank);
-    smddp__comm_abort(comm, SMDDP_ERR_ABORTED, msg);
+    smddp__comm_abort_by_user(comm, msg);
     return SMDDP_OK;
 }
 

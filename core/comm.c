@@ -381,9 +381,10 @@ static void restore_error(const saved_error_t *e)
     if (e->msg[0]) smddp__error_quiet(SMDDP_ERR_INTERNAL, "%s", e->msg);
 }
 
+/* Tells the ranks of other nodes, which poll the store while they wait, why this one failed. */
 static void publish_abort(smddp_comm_t comm)
 {
-    if (comm->node_count < 2 || comm->abort_status == SMDDP_ERR_ABORTED) return;
+    if (comm->node_count < 2) return;
     char key[320], msg[SMDDP_ERRMSG_MAX + 32];
     int64_t n;
     saved_error_t saved;
@@ -402,7 +403,15 @@ static void publish_abort(smddp_comm_t comm)
 void smddp__comm_fail(smddp_comm_t comm, smddp_status_t status, const char *msg)
 {
     smddp__comm_abort(comm, status, msg);
-    publish_abort(comm);
+    /* An abort adopted from another rank was published by that rank. */
+    if (comm->abort_status != SMDDP_ERR_ABORTED) publish_abort(comm);
+}
+
+void smddp__comm_abort_by_user(smddp_comm_t comm, const char *msg)
+{
+    bool first = !atomic_load(&comm->aborted);
+    smddp__comm_abort(comm, SMDDP_ERR_ABORTED, msg);
+    if (first) publish_abort(comm); /* shared memory told this node's ranks */
 }
 
 bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns, int waiting_for)

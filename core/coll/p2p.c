@@ -228,6 +228,7 @@ static bool progress_remote(smddp_comm_t comm)
             complete_remote(comm, r, result);
         }
         if (!r->x.done) { /* the CQ failed: the op is reported, the transfer left to teardown */
+            smddp__ofi_abandon(comm->ofi_p2p, &r->x); /* its buffer is the caller's again */
             link = &r->next;
             continue;
         }
@@ -478,8 +479,14 @@ static void fail_all(smddp_comm_t comm, smddp_status_t st)
     }
     for (remote_t *r = p->remote; r; r = r->next) {
         if (!r->op) continue;
-        /* A receive must not land in a buffer its owner may reuse: cancel it first. */
-        smddp__ofi_cancel(comm->ofi_p2p, &r->x);
+        /*
+         * Nothing may land in a buffer its owner gets back now. A cancel is
+         * asynchronous, and a NIC (efa, verbs) may still be writing a matched
+         * receive, so the endpoint is given up: closed on such providers,
+         * never progressed again on software ones, which move data only then.
+         * The communicator is failing anyway.
+         */
+        smddp__ofi_abandon(comm->ofi_p2p, &r->x);
         smddp__error_quiet(st, "%s", msg);
         complete_remote(comm, r, st);
     }

@@ -503,11 +503,6 @@ smddp_status_t smddp__ofi_peek_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int pee
     return SMDDP_OK;
 }
 
-void smddp__ofi_cancel(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
-{
-    if (!x->done && o->ep) fi_cancel(&o->ep->fid, x);
-}
-
 void smddp__ofi_abandon(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
 {
     if (!o || x->done || !o->ep) return;

@@ -125,15 +125,12 @@ smddp_status_t smddp__ofi_peek_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int pee
 /* Reads o's completion queue once, marking finished transfers done. */
 smddp_status_t smddp__ofi_progress(smddp__ofi_t *o);
 /*
- * Asks o to drop the posted, unfinished x; x must stay valid until it
- * reports done (with SMDDP_ERR_ABORTED) or o is closed.
- */
-void smddp__ofi_cancel(smddp__ofi_t *o, smddp__ofi_xfer_t *x);
-/*
- * For a collective that failed with x still posted in memory it is about to
- * free: cancels x and stops o from ever reading its completion queue again
- * (the communicator is aborted by then), so no completion can land in freed
- * memory. No-op when x is done.
+ * For an operation that failed with x still posted in memory (x, or the
+ * buffer it names) about to be freed or handed back: stops o from ever
+ * reading its completion queue again (the communicator is aborted by then),
+ * so no completion can land in freed memory, and on providers whose hardware
+ * moves data by itself (efa, verbs) cancels x and closes the endpoint, so no
+ * data can either. No-op when x is done.
  */
 void smddp__ofi_abandon(smddp__ofi_t *o, smddp__ofi_xfer_t *x);
 

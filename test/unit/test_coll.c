@@ -1062,6 +1062,84 @@ static void test_nodes_p2p_abort_reaches_any_source(void **state)
 }
 
 /*
+ * smddp_comm_abort tells the ranks of other nodes too, as it tells those of
+ * its own: rank 1, alone on its node and blocked in an allreduce with rank 0,
+ * fails within seconds with rank 0's message, not at SMDDP_TIMEOUT (20 s).
+ */
+static void app_abort_across_nodes_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    int32_t x = rank;
+    H_OK(smddp_allreduce(comm, &x, &x, 1, SMDDP_INT32, SMDDP_SUM, NULL, NULL)); /* both up */
+    if (rank == 0) {
+        usleep(300 * 1000);
+        H_OK(smddp_comm_abort(comm));
+        return;
+    }
+    int64_t t0 = smddp__now_ns();
+    smddp_status_t st = smddp_allreduce(comm, &x, &x, 1, SMDDP_INT32, SMDDP_SUM, NULL, NULL);
+    double took = (double)(smddp__now_ns() - t0) / 1e9;
+    const char *msg = smddp_get_last_error(NULL);
+    H_CHECK(st == SMDDP_ERR_ABORTED, "the allreduce returned %s: %s", smddp_status_string(st),
+            msg);
+    H_CHECK(strstr(msg, "rank 0") && strstr(msg, "smddp_comm_abort"),
+            "\"%s\" does not say that rank 0 called smddp_comm_abort", msg);
+    H_CHECK(took < 4.0, "rank 1 learnt of rank 0's smddp_comm_abort after %.2f s", took);
+}
+
+static void test_nodes_app_abort_reaches_other_nodes(void **state)
+{
+    (void)state;
+    run_nodes_env(2, 1, app_abort_across_nodes_rank, "SMDDP_TIMEOUT=20");
+}
+
+/*
+ * A receive from another node that fails (here: its own rank aborts) hands
+ * its buffer back to the caller: nothing may be written there afterwards,
+ * even when the message it was waiting for arrives later. Rank 1 posts the
+ * receive and aborts; rank 0 sends after that.
+ */
+static void p2p_failed_recv_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    int32_t buf[1024], x = rank;
+    /* One message first, so that the connection is up when the late one comes. */
+    if (rank == 0) H_OK(smddp_send(comm, &x, 1, SMDDP_INT32, 1, 1, NULL, NULL));
+    else H_OK(smddp_recv(comm, &x, 1, SMDDP_INT32, 0, 1, NULL, NULL));
+    if (rank == 1) {
+        smddp_request_t req;
+        for (int i = 0; i < 1024; i++) buf[i] = -7;
+        H_OK(smddp_recv(comm, buf, 1024, SMDDP_INT32, 0, 3, NULL, &req));
+        usleep(200 * 1000);
+        H_OK(smddp_comm_abort(comm));
+        smddp_status_t st = smddp_wait(req, 10000);
+        H_CHECK(st == SMDDP_ERR_ABORTED, "the receive returned %s: %s", smddp_status_string(st),
+                smddp_get_last_error(NULL));
+        smddp_request_free(req);
+        sleep(2); /* rank 0's message comes in meanwhile */
+        for (int i = 0; i < 1024; i++)
+            H_CHECK(buf[i] == -7, "element %d of the failed receive's buffer was written after "
+                    "it failed: %d", i, (int)buf[i]);
+        return;
+    }
+    for (int i = 0; i < 1024; i++) buf[i] = i;
+    /*
+     * After rank 1's abort, and most likely before this rank hears of it: the
+     * message (eager, 4 KiB) then goes out. Either way the send may fail.
+     */
+    usleep(300 * 1000);
+    (void)smddp_send(comm, buf, 1024, SMDDP_INT32, 1, 3, NULL, NULL);
+}
+
+static void test_nodes_p2p_failed_recv_untouched(void **state)
+{
+    (void)state;
+    run_nodes_env(2, 1, p2p_failed_recv_rank, "SMDDP_TIMEOUT=5");
+}
+
+/*
  * A rank alone on its node that dies: nobody shares its memory to notice, so
  * the rank before it notices through the liveness connection it keeps to it
  * (transport/watch.c), and everyone fails within seconds naming it, not
@@ -1254,6 +1332,8 @@ int main(void)
         cmocka_unit_test(test_nodes_p2p),
         cmocka_unit_test(test_nodes_p2p_stuck_peer),
         cmocka_unit_test(test_nodes_p2p_abort_spreads),
+        cmocka_unit_test(test_nodes_p2p_failed_recv_untouched),
+        cmocka_unit_test(test_nodes_app_abort_reaches_other_nodes),
         cmocka_unit_test(test_nodes_p2p_abort_reaches_any_source),
         cmocka_unit_test(test_nodes_lone_rank_killed),
         cmocka_unit_test(test_nodes_lone_rank_killed_p2p),
