@@ -381,22 +381,56 @@ static void restore_error(const saved_error_t *e)
     if (e->msg[0]) smddp__error_quiet(SMDDP_ERR_INTERNAL, "%s", e->msg);
 }
 
-/* Tells the ranks of other nodes, which poll the store while they wait, why this one failed. */
-static void publish_abort(smddp_comm_t comm)
+/* How long smddp_comm_abort waits for the store's lock before giving up telling other nodes. */
+#define ABORT_STORE_WAIT_MS 500
+
+/* Takes s's lock, giving up after ms (a get in progress lets go within 400 ms). */
+static bool store_lock_within(smddp__store_ref_t *s, int64_t ms)
+{
+    int64_t end = smddp__now_ns() + ms * 1000000LL;
+    bool locked;
+    atomic_fetch_add(&s->queued, 1); /* a waiting get steps aside for this one */
+    while (!(locked = pthread_mutex_trylock(&s->lock) == 0) && smddp__now_ns() < end) {
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    atomic_fetch_sub(&s->queued, 1);
+    return locked;
+}
+
+/*
+ * Tells the ranks of other nodes, which poll the store while they wait, why
+ * this one failed. With bounded, waits at most ABORT_STORE_WAIT_MS for the
+ * store's lock: smddp_comm_abort must not hang behind a store call that
+ * hangs, or deadlock with a thread that holds the store while it waits for
+ * something the caller holds (a Python store and the GIL).
+ */
+static void publish_abort(smddp_comm_t comm, bool bounded)
 {
     if (comm->node_count < 2) return;
+    smddp__store_ref_t *s = comm->store;
     char key[320], msg[SMDDP_ERRMSG_MAX + 32];
     int64_t n;
     saved_error_t saved;
     save_error(&saved);
     int len = snprintf(msg, sizeof(msg), "rank %d: %s", comm->rank, comm->abort_msg);
     if (len < 0 || len >= (int)sizeof(msg)) len = (int)sizeof(msg) - 1;
+    if (bounded) {
+        if (!store_lock_within(s, ABORT_STORE_WAIT_MS)) {
+            SMDDP_INFO("rank %d: the store stayed busy for %d ms: other nodes learn of this "
+                       "abort only at their deadline", comm->rank, ABORT_STORE_WAIT_MS);
+            return;
+        }
+    } else {
+        store_lock(s);
+    }
     /* The message first, then the count that pollers read without blocking. */
     snprintf(key, sizeof(key), "%s/abort/msg", comm->prefix);
-    if (smddp__store_set(comm->store, key, msg, (size_t)len + 1) == SMDDP_OK) {
+    if (s->table.set(s->table.ctx, key, msg, (size_t)len + 1) >= 0) {
         snprintf(key, sizeof(key), "%s/abort/count", comm->prefix);
-        (void)smddp__store_add(comm->store, key, 1, &n);
+        (void)s->table.add(s->table.ctx, key, 1, &n);
     }
+    pthread_mutex_unlock(&s->lock);
     restore_error(&saved);
 }
 
@@ -404,14 +438,14 @@ void smddp__comm_fail(smddp_comm_t comm, smddp_status_t status, const char *msg)
 {
     smddp__comm_abort(comm, status, msg);
     /* An abort adopted from another rank was published by that rank. */
-    if (comm->abort_status != SMDDP_ERR_ABORTED) publish_abort(comm);
+    if (comm->abort_status != SMDDP_ERR_ABORTED) publish_abort(comm, false);
 }
 
 void smddp__comm_abort_by_user(smddp_comm_t comm, const char *msg)
 {
     bool first = !atomic_load(&comm->aborted);
     smddp__comm_abort(comm, SMDDP_ERR_ABORTED, msg);
-    if (first) publish_abort(comm); /* shared memory told this node's ranks */
+    if (first) publish_abort(comm, true); /* shared memory told this node's ranks */
 }
 
 bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns, int waiting_for)

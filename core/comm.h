@@ -168,7 +168,11 @@ void smddp__comm_adopt_peer_abort(smddp_comm_t comm);
  * reason instead of at their deadline.
  */
 void smddp__comm_fail(smddp_comm_t comm, smddp_status_t status, const char *msg);
-/* smddp_comm_abort: aborts comm and, the first time, tells the other nodes as above. */
+/*
+ * smddp_comm_abort: aborts comm and, the first time, tells the other nodes as
+ * above, unless the store stays busy for half a second (then they fail at
+ * their deadline): an abort never hangs on the store.
+ */
 void smddp__comm_abort_by_user(smddp_comm_t comm, const char *msg);
 /*
  * For long waits across nodes: at most every half second, looks in the

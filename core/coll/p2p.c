@@ -183,15 +183,28 @@ static void queue_remote(smddp_comm_t comm, smddp__op_t *op)
     post_waiting(comm, q);
 }
 
+static void abort_all(smddp_comm_t comm, smddp_status_t st);
+
 /* Completes what the network finished; true if anything did. */
 static bool progress_remote(smddp_comm_t comm)
 {
     smddp__p2p_t *p = comm->p2p;
-    bool any = false;
+    bool any = false, live = false;
+    for (remote_t *r = p->remote; r; r = r->next) live |= r->op != NULL;
+    if (!live) return false; /* only transfers a failure gave up on, left to teardown */
     smddp_status_t st = smddp__ofi_progress(comm->ofi_p2p);
+    if (st < 0) {
+        /*
+         * The completion queue failed: nothing posted can be trusted to finish,
+         * and send/recv across nodes cannot go on. The communicator fails;
+         * fail_all gives the endpoint up before it hands any buffer back.
+         */
+        abort_all(comm, st);
+        return true;
+    }
     for (remote_t **link = &p->remote; *link;) {
         remote_t *r = *link;
-        if (!r->x.done && st == SMDDP_OK) {
+        if (!r->x.done) {
             link = &r->next;
             continue;
         }
@@ -201,9 +214,7 @@ static bool progress_remote(smddp_comm_t comm)
             smddp__op_describe(op, desc, sizeof(desc));
             size_t want = op->count * smddp_dtype_size(op->dtype);
             smddp_status_t result = SMDDP_OK;
-            if (st < 0)
-                result = smddp__error_quiet(st, "%s failed: %s", desc, smddp__last_error());
-            else if (r->x.status < 0)
+            if (r->x.status < 0)
                 result = smddp__error_quiet(r->x.status, "%s failed: %s", desc, r->x.err);
             else if (!r->x.is_send && ((uint32_t)r->x.tag != (uint32_t)op->tag ||
                                        r->x.received != want))
@@ -226,11 +237,6 @@ static bool progress_remote(smddp_comm_t comm)
                 result = smddp__error_quiet(SMDDP_ERR_MISMATCH, "%s", msg);
             }
             complete_remote(comm, r, result);
-        }
-        if (!r->x.done) { /* the CQ failed: the op is reported, the transfer left to teardown */
-            smddp__ofi_abandon(comm->ofi_p2p, &r->x); /* its buffer is the caller's again */
-            link = &r->next;
-            continue;
         }
         *link = r->next;
         int q = r->queue;

@@ -524,7 +524,11 @@ void smddp__ofi_abandon(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
      * (rendezvous reads on verbs, efa) into a buffer the caller is about to
      * free: closing the endpoint stops that. It is never used again.
      */
-    fi_close(&o->ep->fid);
+    int rc = fi_close(&o->ep->fid);
+    if (rc != 0)
+        SMDDP_WARN("libfabric: closing the endpoint a failed operation left transfers on "
+                   "failed (%s): the NIC may still write into their buffers",
+                   fi_strerror(-rc));
     o->ep = NULL;
 }
 
