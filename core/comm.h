@@ -37,6 +37,7 @@ typedef struct smddp_request {
     void *recvbuf;
     size_t count;            /* elements, as the API defines it for this kind */
     smddp_dtype_t dtype;
+    smddp_dtype_t caller_dtype; /* fp16/bf16 while dtype is the fp32 they travel as (net.c) */
     smddp__reduce_spec_t spec;
     int root;                /* root, or peer for send/recv */
     int tag;

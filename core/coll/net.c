@@ -33,11 +33,15 @@
 #define TAG_WHAT_BITS 12
 #define TAG_WHAT_MASK (((1ull << TAG_WHAT_BITS) - 1) << TAG_STEP_BITS)
 
+static bool is_half(smddp_dtype_t t) { return t == SMDDP_FLOAT16 || t == SMDDP_BFLOAT16; }
+
 /* 12 bits of what op is, the same on every rank that issued the same collective. */
 static uint64_t what_of(const smddp__op_t *op)
 {
     uint32_t h = 2166136261u; /* FNV-1a */
-    const int fields[] = {(int)op->kind, (int)op->dtype, (int)op->spec.op, op->root};
+    /* The caller's dtype: fp16 travelling as fp32 must not pass for fp32. */
+    smddp_dtype_t dt = is_half(op->caller_dtype) ? op->caller_dtype : op->dtype;
+    const int fields[] = {(int)op->kind, (int)dt, (int)op->spec.op, op->root};
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
         h ^= (uint32_t)fields[i];
         h *= 16777619u;
@@ -404,8 +408,6 @@ static smddp_status_t ring_reduce_scatter_op(smddp_comm_t comm, smddp__op_t *op)
     return st;
 }
 
-static bool is_half(smddp_dtype_t t) { return t == SMDDP_FLOAT16 || t == SMDDP_BFLOAT16; }
-
 smddp_status_t smddp__net_via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in_count,
                                    size_t out_count,
                                    smddp_status_t (*run)(smddp_comm_t, smddp__op_t *))
@@ -419,6 +421,7 @@ smddp_status_t smddp__net_via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in
     for (size_t i = 0; i < in_count; i++)
         w[i] = f16 ? smddp__fp16_to_fp32(in[i]) : smddp__bf16_to_fp32(in[i]);
     smddp__op_t f = *op;
+    f.caller_dtype = op->dtype;
     f.dtype = f.spec.dtype = SMDDP_FLOAT32;
     f.sendbuf = w;
     f.recvbuf = w + in_count;
@@ -460,6 +463,15 @@ static smddp_status_t net_alltoallv(smddp_comm_t comm, smddp__op_t *op, const in
     size_t es = smddp_dtype_size(op->dtype);
     const char *send = op->sendbuf;
     char *recv = op->recvbuf;
+    if (scounts[me] != rcounts[me]) {
+        char desc[256];
+        smddp__op_describe(op, desc, sizeof(desc));
+        return smddp__error_quiet(SMDDP_ERR_MISMATCH,
+                                  "%s: rank %d sends itself %lld elements but expects to receive "
+                                  "%lld from itself: sendcounts[%d] and recvcounts[%d] must be "
+                                  "equal", desc, me, (long long)scounts[me],
+                                  (long long)rcounts[me], me, me);
+    }
     memmove(recv + (size_t)rdispls[me] * es, send + (size_t)sdispls[me] * es,
             (size_t)scounts[me] * es);
     for (int s = 1; s < p; s++) {

@@ -884,7 +884,8 @@ static void mismatch_across_nodes_rank(smddp_comm_t comm, int rank, int size, vo
 
 /*
  * Rank 1 (on the other node) issues another collective of the same size:
- * arg 0: a max where rank 0 sums; 1: int32 against float32. No result is
+ * arg 0: a max where rank 0 sums; 1: int32 against float32; 2: float16
+ * against float32. No result is
  * produced from the mixed messages: both ranks fail, saying a different
  * collective was issued. (Collectives of different kinds usually exchange
  * different steps, whose messages never match: those end in the timeout.)
@@ -898,8 +899,11 @@ static void what_mismatch_rank(smddp_comm_t comm, int rank, int size, void *arg)
     if (variant == 0)
         st = smddp_allreduce(comm, buf, buf, 1 << 16, SMDDP_FLOAT32, rank ? SMDDP_MAX : SMDDP_SUM,
                              NULL, NULL);
-    else
+    else if (variant == 1)
         st = smddp_allreduce(comm, buf, buf, 1 << 16, rank ? SMDDP_INT32 : SMDDP_FLOAT32,
+                             SMDDP_SUM, NULL, NULL);
+    else /* fp16 travels as fp32: the same bytes on the wire, still another collective */
+        st = smddp_allreduce(comm, buf, buf, 1 << 15, rank ? SMDDP_FLOAT16 : SMDDP_FLOAT32,
                              SMDDP_SUM, NULL, NULL);
     const char *msg = smddp_get_last_error(NULL);
     H_CHECK(st < 0, "rank %d: variant %d: mismatched collectives returned %d", rank, variant, st);
@@ -940,6 +944,38 @@ static void test_nodes_abandoned(void **state)
                   "SMDDP_TIMEOUT=1 SMDDP_SHM_BUFFER_SIZE=256K SMDDP_OFI_MR=always");
 }
 
+/*
+ * Across nodes, alltoallv with a rank's own sendcounts[me] larger than its
+ * recvcounts[me]: the copy to itself once wrote past its slot (past the
+ * buffer's end when the slot is last). It fails with a clear error instead,
+ * and the receive buffer's guard elements stay untouched.
+ */
+static void alltoallv_self_mismatch_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg, (void)size;
+    int32_t send[16] = {0}, recv[8 + 4];
+    int64_t sc[2] = {2, 2}, sd[2] = {0, 8}, rc[2] = {2, 2}, rd[2] = {0, 2};
+    for (int i = 0; i < 12; i++) recv[i] = -5;
+    if (rank == 1) {
+        sc[1] = 6; /* 6 to itself, 2 expected: its slot is the last one */
+        sd[1] = 2;
+    }
+    smddp_status_t st = smddp_alltoallv(comm, send, sc, sd, recv, rc, rd, SMDDP_INT32, NULL, NULL);
+    const char *msg = smddp_get_last_error(NULL);
+    H_CHECK(st < 0, "rank %d: the alltoallv returned %d", rank, st);
+    if (rank == 1)
+        H_CHECK(st == SMDDP_ERR_MISMATCH && strstr(msg, "sendcounts[1]") != NULL,
+                "rank 1: %s", msg);
+    for (int i = 4; i < 12; i++)
+        H_CHECK(recv[i] == -5, "rank %d: element %d past the receive slots was written", rank, i);
+}
+
+static void test_nodes_alltoallv_self_mismatch(void **state)
+{
+    (void)state;
+    run_nodes_env(2, 1, alltoallv_self_mismatch_rank, "SMDDP_TIMEOUT=5");
+}
+
 static void test_nodes_mismatch(void **state)
 {
     (void)state;
@@ -957,7 +993,7 @@ static void test_nodes_any_source(void **state)
 static void test_nodes_what_mismatch(void **state)
 {
     (void)state;
-    for (int variant = 0; variant < 2; variant++) {
+    for (int variant = 0; variant < 3; variant++) {
         harness_opts_t opts = {.timeout_s = 120, .ranks_per_node = 1, .env = "SMDDP_TIMEOUT=20"};
         int shm_before = harness_shm_count();
         assert_int_equal(harness_run(2, what_mismatch_rank, &variant, &opts), 0);
@@ -1340,6 +1376,7 @@ int main(void)
         cmocka_unit_test(test_nodes_clean_leave_not_death),
         cmocka_unit_test(test_nodes_any_source),
         cmocka_unit_test(test_nodes_what_mismatch),
+        cmocka_unit_test(test_nodes_alltoallv_self_mismatch),
         cmocka_unit_test(test_nodes_mismatch),
         cmocka_unit_test(test_nodes_abandoned),
     };
