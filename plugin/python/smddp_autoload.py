@@ -32,10 +32,12 @@ def autoload() -> None:
         del sys.modules[name]
     import warnings
 
-    warnings.warn(
-        f"smddp: the torch.distributed backend 'smddp' is not available "
-        f"({type(error).__name__}: {error}). Set TORCH_DEVICE_BACKEND_AUTOLOAD=0 "
-        "to skip this autoload.",
-        RuntimeWarning,
-        stacklevel=2,
-    )
+    text = (f"smddp: the torch.distributed backend 'smddp' is not available "
+            f"({type(error).__name__}: {error}). Set TORCH_DEVICE_BACKEND_AUTOLOAD=0 "
+            "to skip this autoload.")
+    try:
+        warnings.warn(text, RuntimeWarning, stacklevel=2)
+    except Exception:  # noqa: BLE001 - warnings turned into errors (python -W error)
+        # The warning would have become `import torch`'s exception: say it on
+        # stderr instead.
+        print(f"warning: {text}", file=sys.stderr)

@@ -129,6 +129,9 @@ void WorkSMDDP::complete() {
 }
 
 bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
+  if (timeout == kNoTimeout) {
+    timeout = op_timeout_;
+  }
   const bool bounded = timeout != kNoTimeout;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto req : requests_) {
@@ -198,6 +201,10 @@ ProcessGroupSMDDP::ProcessGroupSMDDP(const c10::intrusive_ptr<c10d::Store>& stor
   config.timeout_ms = timeout.count() > 0 ? timeout.count() : -1;
   smddp_status_t st = smddp_comm_create(&table, rank, size, &config, &comm_);
   if (st != SMDDP_OK) {
+    // A failed create leaves the table (and its reference to torch's store) to us.
+    if (table.release != nullptr) {
+      table.release(table.ctx);
+    }
     std::ostringstream msg;
     msg << "smddp: creating the communicator (rank " << rank << " of " << size
         << ") failed (" << smddp_status_string(st) << "): " << issue_error(nullptr);

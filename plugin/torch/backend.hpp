@@ -41,7 +41,8 @@ class WorkSMDDP : public c10d::Work {
             std::vector<at::Tensor> outputs);
   ~WorkSMDDP() override;
 
-  // timeout == 0 waits for the communicator's own deadline; otherwise the
+  // timeout == 0 waits for the op's own timeout if it has one, else for the
+  // communicator's own deadline; otherwise the
   // requests are waited with smddp_wait(timeout) and a DistBackendError is
   // thrown if they are not done in time (the operation keeps running).
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
@@ -74,6 +75,9 @@ class WorkSMDDP : public c10d::Work {
   // thread completes the work.
   std::optional<c10::Stream> stream_;
   std::atomic<int> pending_{1};         // unfinished requests, + 1 while issuing
+  // What wait() without a timeout waits: the op's own timeout (barrier's
+  // BarrierOptions::timeout), else kNoTimeout (the communicator's deadline).
+  std::chrono::milliseconds op_timeout_{kNoTimeout};
   std::mutex error_mutex_;
   std::string error_;                   // the first failed request's message
 };
@@ -93,12 +97,13 @@ class ProcessGroupSMDDP : public c10d::Backend {
   }
   c10::intrusive_ptr<Options> getBackendOptions() override;
 
-  // ProcessGroup.split_group(): every rank of this group calls it
-  // (smddp_comm_split is collective); ranks not in `ranks` get nullptr.
-  // Torch's store is not needed: the child rendezvouses through its parent's.
-  // supportsSplitting() stays false: torch then builds new_group()s through
-  // the store, which needs no call on non-members (its no-colour split call
-  // exists for NCCL only).
+  // ProcessGroup.split_group() (the method; test_backend.py uses it): every
+  // rank of this group calls it (smddp_comm_split is collective); ranks not
+  // in `ranks` get nullptr. Torch's store is not needed: the child
+  // rendezvouses through its parent's. supportsSplitting() stays false, so
+  // torch.distributed.split_group() refuses smddp groups and new_group()
+  // builds them through the store, which needs no call on non-members (its
+  // no-colour split call exists for NCCL only).
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
                                           const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override;

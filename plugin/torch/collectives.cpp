@@ -17,10 +17,55 @@ using namespace detail;
 
 // ---- collectives ---------------------------------------------------------------
 
+// The checks of each kind, run for every member of a coalesced call before
+// any is issued: a check failing half-way would leave the issued members
+// without their counterparts on the other ranks.
+static void check_allreduce(const at::Tensor& tensor, const c10d::ReduceOp& rop) {
+  check_tensor(tensor, "allreduce");
+  (void)to_smddp_dtype(tensor.scalar_type(), true);
+  (void)to_smddp_op(rop);
+}
+
+static void check_allgather_base(const at::Tensor& output, const at::Tensor& input, int size) {
+  check_tensor(input, "allgather");
+  check_tensor(output, "allgather");
+  check_alike(input, output, "allgather");
+  TORCH_CHECK(output.numel() == input.numel() * size, "smddp allgather: the output has ",
+              output.numel(), " elements; expected world size (", size, ") x input (",
+              input.numel(), ")");
+  (void)to_smddp_dtype(input.scalar_type(), false);
+}
+
+static void check_allgather_list(const std::vector<at::Tensor>& outs, const at::Tensor& input,
+                                 int size) {
+  check_tensor(input, "allgather");
+  TORCH_CHECK(static_cast<int>(outs.size()) == size, "smddp allgather: the output list has ",
+              outs.size(), " tensors; expected the world size, ", size);
+  for (const auto& o : outs) {
+    check_tensor(o, "allgather");
+    check_alike(input, o, "allgather");
+    TORCH_CHECK(o.numel() == input.numel(), "smddp allgather: an output tensor has ", o.numel(),
+                " elements, the input ", input.numel());
+  }
+  (void)to_smddp_dtype(input.scalar_type(), false);
+}
+
+static void check_reduce_scatter_base(const at::Tensor& output, const at::Tensor& input,
+                                      const c10d::ReduceOp& rop, int size) {
+  check_tensor(input, "reduce_scatter");
+  check_tensor(output, "reduce_scatter");
+  check_alike(input, output, "reduce_scatter");
+  TORCH_CHECK(input.numel() == output.numel() * size, "smddp reduce_scatter: the input has ",
+              input.numel(), " elements; expected world size (", size, ") x output (",
+              output.numel(), ")");
+  (void)to_smddp_dtype(input.scalar_type(), true);
+  (void)to_smddp_op(rop);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::issue_allreduce(
     const c10::intrusive_ptr<WorkSMDDP>& work, const at::Tensor& tensor,
     const c10d::ReduceOp& rop) {
-  check_tensor(tensor, "allreduce");
+  check_allreduce(tensor, rop);
   smddp_dtype_t dt = to_smddp_dtype(tensor.scalar_type(), true);
   SmddpOp op = to_smddp_op(rop);
   at::Tensor buf = stage_inout(*work, tensor);
@@ -42,6 +87,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tens
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  for (const auto& t : tensors) {
+    check_allreduce(t, opts.reduceOp);
+  }
   auto work = new_work(c10d::OpType::ALLREDUCE_COALESCED, tensors);
   for (const auto& t : tensors) {
     issue_allreduce(work, t, opts.reduceOp);
@@ -84,12 +132,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce(std::vector<at::Tensor>
 
 void ProcessGroupSMDDP::issue_allgather_base(const c10::intrusive_ptr<WorkSMDDP>& work,
                                              const at::Tensor& output, const at::Tensor& input) {
-  check_tensor(input, "allgather");
-  check_tensor(output, "allgather");
-  check_same_dtype(input, output, "allgather");
-  TORCH_CHECK(output.numel() == input.numel() * size_, "smddp allgather: the output has ",
-              output.numel(), " elements; expected world size (", size_, ") x input (",
-              input.numel(), ")");
+  check_allgather_base(output, input, size_);
   smddp_dtype_t dt = to_smddp_dtype(input.scalar_type(), false);
   at::Tensor in = stage_in(*work, input);
   at::Tensor out = stage_inout(*work, output);
@@ -102,15 +145,7 @@ void ProcessGroupSMDDP::issue_allgather_base(const c10::intrusive_ptr<WorkSMDDP>
 void ProcessGroupSMDDP::issue_allgather_list(const c10::intrusive_ptr<WorkSMDDP>& work,
                                              std::vector<at::Tensor>& outs,
                                              const at::Tensor& input) {
-  check_tensor(input, "allgather");
-  TORCH_CHECK(static_cast<int>(outs.size()) == size_, "smddp allgather: the output list has ",
-              outs.size(), " tensors; expected the world size, ", size_);
-  for (const auto& o : outs) {
-    check_tensor(o, "allgather");
-    check_same_dtype(input, o, "allgather");
-    TORCH_CHECK(o.numel() == input.numel(), "smddp allgather: an output tensor has ", o.numel(),
-                " elements, the input ", input.numel());
-  }
+  check_allgather_list(outs, input, size_);
   at::Tensor flat = at::empty({input.numel() * size_},
                               input.options().memory_format(at::MemoryFormat::Contiguous));
   issue_allgather_base(work, flat, input);
@@ -141,6 +176,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_coalesced(
   for (const auto& list : outputTensorLists) {
     all_outputs.insert(all_outputs.end(), list.begin(), list.end());
   }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_allgather_list(outputTensorLists[i], inputs[i], size_);
+  }
   auto work = new_work(c10d::OpType::ALLGATHER_COALESCED, all_outputs);
   for (size_t i = 0; i < inputs.size(); ++i) {
     issue_allgather_list(work, outputTensorLists[i], inputs[i]);
@@ -161,6 +199,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_into_tensor_coalesce
   TORCH_CHECK(outputs.size() == inputs.size(),
               "smddp allgather_into_tensor_coalesced: ", outputs.size(), " outputs but ",
               inputs.size(), " inputs");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_allgather_base(outputs[i], inputs[i], size_);
+  }
   auto work = new_work(c10d::OpType::ALLGATHER_COALESCED, outputs);
   for (size_t i = 0; i < inputs.size(); ++i) {
     issue_allgather_base(work, outputs[i], inputs[i]);
@@ -172,12 +213,7 @@ void ProcessGroupSMDDP::issue_reduce_scatter_base(const c10::intrusive_ptr<WorkS
                                                   const at::Tensor& output,
                                                   const at::Tensor& input,
                                                   const c10d::ReduceOp& rop) {
-  check_tensor(input, "reduce_scatter");
-  check_tensor(output, "reduce_scatter");
-  check_same_dtype(input, output, "reduce_scatter");
-  TORCH_CHECK(input.numel() == output.numel() * size_, "smddp reduce_scatter: the input has ",
-              input.numel(), " elements; expected world size (", size_, ") x output (",
-              output.numel(), ")");
+  check_reduce_scatter_base(output, input, rop, size_);
   smddp_dtype_t dt = to_smddp_dtype(input.scalar_type(), true);
   SmddpOp op = to_smddp_op(rop);
   at::Tensor in = stage_in(*work, input);
@@ -200,7 +236,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter(
   std::vector<at::Tensor> flat_parts;
   for (const auto& t : ins) {
     check_tensor(t, "reduce_scatter");
-    check_same_dtype(t, output, "reduce_scatter");
+    check_alike(t, output, "reduce_scatter");
     TORCH_CHECK(t.numel() == output.numel(), "smddp reduce_scatter: an input tensor has ",
                 t.numel(), " elements, the output ", output.numel());
     flat_parts.push_back(t.reshape({-1}));
@@ -225,6 +261,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter_tensor_coalesce
               "smddp reduce_scatter_tensor_coalesced: ", outputs.size(), " outputs but ",
               inputs.size(), " inputs");
   // COALESCED: torch 2.11's OpType has no REDUCE_SCATTER_TENSOR_COALESCED.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_reduce_scatter_base(outputs[i], inputs[i], opts.reduceOp, size_);
+  }
   auto work = new_work(c10d::OpType::COALESCED, outputs);
   for (size_t i = 0; i < inputs.size(); ++i) {
     issue_reduce_scatter_base(work, outputs[i], inputs[i], opts.reduceOp);
@@ -270,7 +309,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall_base(
     std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& /*opts*/) {
   check_tensor(input, "alltoall_base");
   check_tensor(output, "alltoall_base");
-  check_same_dtype(input, output, "alltoall_base");
+  check_alike(input, output, "alltoall_base");
   smddp_dtype_t dt = to_smddp_dtype(input.scalar_type(), false);
   std::vector<int64_t> scounts, sdispls, rcounts, rdispls;
   split_counts(input, inputSplitSizes, size_, "input", scounts, sdispls);
@@ -309,8 +348,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall(std::vector<at::Tenso
   for (int i = 0; i < size_; ++i) {
     check_tensor(inputs[i], "alltoall");
     check_tensor(outputs[i], "alltoall");
-    check_same_dtype(inputs[i], inputs[0], "alltoall");
-    check_same_dtype(outputs[i], inputs[0], "alltoall");
+    check_alike(inputs[i], inputs[0], "alltoall");
+    check_alike(outputs[i], inputs[0], "alltoall");
     scounts[i] = inputs[i].numel();
     rcounts[i] = outputs[i].numel();
     if (i > 0) {
@@ -353,7 +392,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather(
     outs = outputs[0];
     for (const auto& o : outs) {
       check_tensor(o, "gather");
-      check_same_dtype(input, o, "gather");
+      check_alike(input, o, "gather");
       TORCH_CHECK(o.numel() == input.numel(), "smddp gather: an output tensor has ", o.numel(),
                   " elements, the input ", input.numel());
     }
@@ -397,7 +436,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::scatter(
     std::vector<at::Tensor> parts;
     for (const auto& t : inputs[0]) {
       check_tensor(t, "scatter");
-      check_same_dtype(t, output, "scatter");
+      check_alike(t, output, "scatter");
       TORCH_CHECK(t.numel() == output.numel(), "smddp scatter: an input tensor has ", t.numel(),
                   " elements, the output ", output.numel());
       parts.push_back(t.reshape({-1}));
@@ -456,8 +495,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::recv_from(std::vector<at::Tens
   return enqueue(work);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::barrier(const c10d::BarrierOptions& /*opts*/) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::barrier(const c10d::BarrierOptions& opts) {
   auto work = new_work(c10d::OpType::BARRIER, {});
+  if (opts.timeout.count() > 0) {
+    work->op_timeout_ = opts.timeout;  // dist.barrier(timeout=...): wait() gives up then
+  }
   issue(*work, "barrier", SMDDP_COLL_ATTR_INIT,
         [&](const smddp_coll_attr_t* a, smddp_request_t* r) { return smddp_barrier(comm_, a, r); });
   return enqueue(work);

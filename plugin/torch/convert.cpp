@@ -95,9 +95,13 @@ void check_tensor(const at::Tensor& t, const char* fn) {
               ": tensors on device ", t.device(), " are not supported (cpu, cuda)");
 }
 
-void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* fn) {
+void check_alike(const at::Tensor& a, const at::Tensor& b, const char* fn) {
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "smddp ", fn,
               ": input and output dtypes differ (", a.scalar_type(), " vs ", b.scalar_type(), ")");
+  // The memory type and the stream come from one tensor: a CPU input with a
+  // CUDA output would have libsmddp write device memory from the host.
+  TORCH_CHECK(a.device() == b.device(), "smddp ", fn, ": input and output are on different "
+              "devices (", a.device(), " vs ", b.device(), "); put them on one device");
 }
 
 smddp_coll_attr_t attr_for(const at::Tensor& t, double factor) {

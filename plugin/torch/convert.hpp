@@ -29,7 +29,8 @@ struct SmddpOp {
 SmddpOp to_smddp_op(const c10d::ReduceOp& rop);
 
 void check_tensor(const at::Tensor& t, const char* fn);
-void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* fn);
+// The same dtype and the same device.
+void check_alike(const at::Tensor& a, const at::Tensor& b, const char* fn);
 
 // Collective attributes for a tensor's memory (host or CUDA).
 smddp_coll_attr_t attr_for(const at::Tensor& t, double factor = 1.0);

@@ -498,6 +498,35 @@ def test_split_group_and_set_timeout(world):
     run_ranks(_check_split_and_timeout, world)
 
 
+def _check_barrier_timeout(rank, world, gloo):
+    import time
+    from datetime import timedelta
+
+    failures = []
+    if rank == 0:
+        # dist.barrier(timeout=...) gives up after its own timeout, as gloo's
+        # does, not at the group's (TEST default: minutes).
+        start = time.monotonic()
+        try:
+            dist.barrier(timeout=timedelta(seconds=1))
+            failures.append("a barrier without the peer did not time out")
+        except RuntimeError as err:
+            took = time.monotonic() - start
+            if not 0.9 < took < 2.5:
+                failures.append(f"the barrier's 1 s timeout fired after {took:.1f} s")
+            if "1000 ms" not in str(err):
+                failures.append(f"the timeout error does not give the timeout: {err}")
+    else:
+        time.sleep(3)
+        dist.barrier()  # completes the barrier rank 0 gave up waiting for
+    dist.barrier(group=gloo)
+    return failures
+
+
+def test_barrier_timeout_is_honoured():
+    run_ranks(_check_barrier_timeout, 2)
+
+
 def _check_mismatch_raises(rank, world, gloo):
     import time
 
@@ -627,3 +656,21 @@ def test_broken_smddp_package_does_not_break_import_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=TEST_TIMEOUT_S, env=env, cwd=tempfile.gettempdir())
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+@pytest.mark.skipif(not _entry_point_installed(),
+                    reason="smddp is not pip-installed: no torch.backends entry point")
+def test_broken_smddp_package_under_warnings_as_errors(tmp_path):
+    # `python -W error` turns the autoload's warning into an exception, which
+    # torch would raise from `import torch`: the message goes to stderr instead.
+    broken = tmp_path / "smddp"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("def broken(:\n")
+    code = "import torch\nprint('ok')\n"
+    env = dict(os.environ)
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    env["PYTHONPATH"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
+                         text=True, timeout=TEST_TIMEOUT_S, env=env, cwd=tempfile.gettempdir())
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+    assert "SyntaxError" in out.stderr and "smddp" in out.stderr, out.stderr[-3000:]

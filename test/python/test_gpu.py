@@ -180,3 +180,37 @@ def test_cuda_collectives(world):
 
 def test_cuda_ddp_matches_gloo_on_cpu():
     run_ranks(_check_ddp, 2, timeout=GPU_TIMEOUT_S)
+
+
+def _check_mixed_devices(rank, world, gloo):
+    """A CPU input with a CUDA output (or the reverse) is refused on every
+    rank with a clear error, before anything is issued: once it reached
+    libsmddp as host memory and was written from the host."""
+    del gloo
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda", 0)
+    failures = []
+    n = 4
+    cases = {
+        "all_gather_into_tensor cpu->cuda":
+            lambda: dist.all_gather_into_tensor(torch.zeros(n * world, device=dev), torch.ones(n)),
+        "reduce_scatter_tensor cuda->cpu":
+            lambda: dist.reduce_scatter_tensor(torch.zeros(n), torch.ones(n * world, device=dev)),
+    }
+    for name, call in cases.items():
+        try:
+            call()
+            failures.append(f"{name}: no error")
+        except (RuntimeError, ValueError) as err:
+            # torch may refuse it first; smddp's own refusal must say why
+            if "smddp" in str(err) and "different devices" not in str(err):
+                failures.append(f"{name}: the error does not say what is wrong: {err}")
+    x = torch.ones(n, device=dev)
+    dist.all_reduce(x)  # the group still works
+    if not torch.equal(x.cpu(), torch.full((n,), float(world))):
+        failures.append(f"allreduce after the refused calls: {x.tolist()}")
+    return failures
+
+
+def test_cuda_mixed_devices_refused():
+    run_ranks(_check_mixed_devices, 2, timeout=GPU_TIMEOUT_S)
