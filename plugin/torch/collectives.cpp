@@ -22,8 +22,7 @@ using namespace detail;
 // without their counterparts on the other ranks.
 static void check_allreduce(const at::Tensor& tensor, const c10d::ReduceOp& rop) {
   check_tensor(tensor, "allreduce");
-  (void)to_smddp_dtype(tensor.scalar_type(), true);
-  (void)to_smddp_op(rop);
+  (void)to_smddp_reduction(tensor.scalar_type(), rop);
 }
 
 static void check_allgather_base(const at::Tensor& output, const at::Tensor& input, int size) {
@@ -58,16 +57,15 @@ static void check_reduce_scatter_base(const at::Tensor& output, const at::Tensor
   TORCH_CHECK(input.numel() == output.numel() * size, "smddp reduce_scatter: the input has ",
               input.numel(), " elements; expected world size (", size, ") x output (",
               output.numel(), ")");
-  (void)to_smddp_dtype(input.scalar_type(), true);
-  (void)to_smddp_op(rop);
+  (void)to_smddp_reduction(input.scalar_type(), rop);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::issue_allreduce(
     const c10::intrusive_ptr<WorkSMDDP>& work, const at::Tensor& tensor,
     const c10d::ReduceOp& rop) {
   check_allreduce(tensor, rop);
-  smddp_dtype_t dt = to_smddp_dtype(tensor.scalar_type(), true);
-  SmddpOp op = to_smddp_op(rop);
+  SmddpReduction op = to_smddp_reduction(tensor.scalar_type(), rop);
+  smddp_dtype_t dt = op.dtype;
   at::Tensor buf = stage_inout(*work, tensor);
   smddp_coll_attr_t attr = attr_for(buf, op.factor);
   issue(*work, "allreduce", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
@@ -119,8 +117,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce(std::vector<at::Tensor>
               tensors.size());
   const at::Tensor& t = tensors[0];
   check_tensor(t, "reduce");
-  smddp_dtype_t dt = to_smddp_dtype(t.scalar_type(), true);
-  SmddpOp op = to_smddp_op(opts.reduceOp);
+  SmddpReduction op = to_smddp_reduction(t.scalar_type(), opts.reduceOp);
+  smddp_dtype_t dt = op.dtype;
   auto work = new_work(c10d::OpType::REDUCE, tensors);
   at::Tensor buf = stage_inout(*work, t);
   smddp_coll_attr_t attr = attr_for(buf, op.factor);
@@ -214,8 +212,8 @@ void ProcessGroupSMDDP::issue_reduce_scatter_base(const c10::intrusive_ptr<WorkS
                                                   const at::Tensor& input,
                                                   const c10d::ReduceOp& rop) {
   check_reduce_scatter_base(output, input, rop, size_);
-  smddp_dtype_t dt = to_smddp_dtype(input.scalar_type(), true);
-  SmddpOp op = to_smddp_op(rop);
+  SmddpReduction op = to_smddp_reduction(input.scalar_type(), rop);
+  smddp_dtype_t dt = op.dtype;
   at::Tensor in = stage_in(*work, input);
   at::Tensor out = stage_inout(*work, output);
   smddp_coll_attr_t attr = attr_for(in, op.factor);

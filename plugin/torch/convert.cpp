@@ -13,8 +13,8 @@ namespace smddp_torch {
 namespace detail {
 
 const char* const kAcceptedDtypes =
-    "float32, float64, float16, bfloat16, int8, uint8, int32, int64 "
-    "(bool too for operations that do not reduce)";
+    "float32, float64, float16, bfloat16, int8, uint8, int32, int64, bool "
+    "(reductions of bool are logical: SUM and MAX or, PRODUCT and MIN and, as in gloo)";
 
 [[noreturn]] void throw_backend_error(const std::string& msg) {
   C10_THROW_ERROR(DistBackendError, msg);
@@ -39,10 +39,7 @@ smddp_dtype_t to_smddp_dtype(at::ScalarType type, bool reduces) {
     case at::kLong:
       return SMDDP_INT64;
     case at::kBool:
-      if (!reduces) {
-        return SMDDP_UINT8;
-      }
-      break;
+      return SMDDP_UINT8;  // reductions: see to_smddp_reduction
     default:
       break;
   }
@@ -85,6 +82,33 @@ SmddpOp to_smddp_op(const c10d::ReduceOp& rop) {
   }
   TORCH_CHECK(false, "smddp does not support ReduceOp ", static_cast<int>(rop.op_),
               "; accepted: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM, BAND, BOR, BXOR");
+}
+
+SmddpReduction to_smddp_reduction(at::ScalarType type, const c10d::ReduceOp& rop) {
+  if (type != at::kBool) {
+    SmddpOp op = to_smddp_op(rop);
+    return {to_smddp_dtype(type, true), op.op, op.factor};
+  }
+  // A bool is one byte holding 0 or 1: logical reductions are uint8 MAX and MIN.
+  switch (rop.op_) {
+    case c10d::ReduceOp::SUM:
+    case c10d::ReduceOp::MAX:
+      return {SMDDP_UINT8, SMDDP_MAX, 1.0};
+    case c10d::ReduceOp::PRODUCT:
+    case c10d::ReduceOp::MIN:
+      return {SMDDP_UINT8, SMDDP_MIN, 1.0};
+    case c10d::ReduceOp::BAND:
+      return {SMDDP_UINT8, SMDDP_BAND, 1.0};
+    case c10d::ReduceOp::BOR:
+      return {SMDDP_UINT8, SMDDP_BOR, 1.0};
+    case c10d::ReduceOp::BXOR:
+      return {SMDDP_UINT8, SMDDP_BXOR, 1.0};
+    default:
+      break;
+  }
+  TORCH_CHECK(false, "smddp: ReduceOp ", static_cast<int>(rop.op_), " is not defined on bool "
+              "tensors; accepted: SUM and MAX (logical or), PRODUCT and MIN (logical and), "
+              "BAND, BOR, BXOR");
 }
 
 void check_tensor(const at::Tensor& t, const char* fn) {

@@ -28,6 +28,16 @@ struct SmddpOp {
 // libsmddp's op (and PREMUL_SUM's factor) for a torch ReduceOp.
 SmddpOp to_smddp_op(const c10d::ReduceOp& rop);
 
+struct SmddpReduction {
+  smddp_dtype_t dtype;
+  smddp_op_t op;
+  double factor;
+};
+
+// The dtype and op a reduction of `type` runs as: bool reduces as uint8 with
+// logical ops (SUM or, PRODUCT and), as gloo does.
+SmddpReduction to_smddp_reduction(at::ScalarType type, const c10d::ReduceOp& rop);
+
 void check_tensor(const at::Tensor& t, const char* fn);
 // The same dtype and the same device.
 void check_alike(const at::Tensor& a, const at::Tensor& b, const char* fn);

@@ -188,6 +188,20 @@ def _check_allreduce(rank, world, gloo):
         got = x.clone()
         dist.all_reduce(got, op=dist.ReduceOp.MAX)
         _compare(failures, f"allreduce {dtype} max vs gloo", got, ref)
+    # bool: logical reductions, against gloo's own (SUM and MAX or, PRODUCT and MIN and).
+    for op in ("sum", "product", "min", "max", "band", "bor"):
+        x = (torch.arange(64) * (rank + 3) + len(op)) % (rank + 2) == 0
+        ref = x.clone()
+        dist.all_reduce(ref, op=_reduce_op(op), group=gloo)
+        got = x.clone()
+        dist.all_reduce(got, op=_reduce_op(op))
+        _compare(failures, f"allreduce bool {op} vs gloo", got, ref)
+    try:
+        dist.all_reduce(torch.ones(4, dtype=torch.bool), op=dist.ReduceOp.AVG)
+        failures.append("allreduce of bool with AVG did not raise")
+    except (RuntimeError, ValueError) as err:
+        if "bool" not in str(err):
+            failures.append(f"AVG on bool: the error does not say why: {err}")
     # Asynchronous, with the Future (what DDP's comm hook waits on).
     x = _data(torch.float32, rank, n=1000)
     want = _reduce_local(_gather_gloo(x, world, gloo), "sum", world)
