@@ -9,6 +9,7 @@
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
 namespace smddp_torch {
@@ -396,6 +397,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather(
     }
   }
   auto work = new_work(c10d::OpType::GATHER, outs);
+  if (!work->stream_ && input.is_cuda()) {
+    // A non-root has no outputs to take the stream from: without one the
+    // gather would read its input whenever the progress thread got to it, not
+    // in the caller's stream order (as the input's next writer expects).
+    work->stream_ = c10::impl::getDeviceGuardImpl(input.device().type())->getStream(input.device());
+  }
   at::Tensor in = stage_in(*work, input);
   at::Tensor flat;
   if (rank_ == root) {
