@@ -41,9 +41,21 @@ static uint64_t what_of(const smddp__op_t *op)
     uint32_t h = 2166136261u; /* FNV-1a */
     /* The caller's dtype: fp16 travelling as fp32 must not pass for fp32. */
     smddp_dtype_t dt = is_half(op->caller_dtype) ? op->caller_dtype : op->dtype;
-    const int fields[] = {(int)op->kind, (int)dt, (int)op->spec.op, op->root};
+    /*
+     * The count too where every rank passes the same one: counts that differ
+     * are then reported at the first message, also when a multi-round
+     * collective's first rounds would have matched and the last ones waited
+     * for the timeout.
+     */
+    bool same_count = op->kind == SMDDP_OP_ALLREDUCE || op->kind == SMDDP_OP_REDUCE ||
+                      op->kind == SMDDP_OP_BROADCAST || op->kind == SMDDP_OP_ALLGATHER ||
+                      op->kind == SMDDP_OP_REDUCE_SCATTER;
+    uint64_t count = same_count ? (uint64_t)op->count : 0;
+    const uint32_t fields[] = {(uint32_t)op->kind,   (uint32_t)dt,
+                               (uint32_t)op->spec.op, (uint32_t)op->root,
+                               (uint32_t)count,      (uint32_t)(count >> 32)};
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
-        h ^= (uint32_t)fields[i];
+        h ^= fields[i];
         h *= 16777619u;
     }
     return (h ^ (h >> TAG_WHAT_BITS) ^ (h >> 2 * TAG_WHAT_BITS)) & ((1u << TAG_WHAT_BITS) - 1);
@@ -70,8 +82,8 @@ static smddp_status_t check_what(const smddp__op_t *op, int from, uint64_t tag)
     smddp__op_describe(op, desc, sizeof(desc));
     return smddp__error_quiet(SMDDP_ERR_MISMATCH,
                               "%s: rank %d issued a different collective at this point (another "
-                              "operation, dtype, reduction or root): every rank must issue the "
-                              "same collectives in the same order", desc, from);
+                              "operation, count, dtype, reduction or root): every rank must "
+                              "issue the same collectives in the same order", desc, from);
 }
 
 /* Only a peer running another collective (count, dtype, root) sends a block of another size. */
