@@ -261,13 +261,15 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupSMDDP::getBackendOptions(
 }
 
 void ProcessGroupSMDDP::abort() {
+  std::lock_guard<std::mutex> lock(lifecycle_mutex_);
   if (comm_ != nullptr) {
-    (void)smddp_comm_abort(comm_);
+    (void)smddp_comm_abort(comm_);  // returns within about half a second
   }
 }
 
 void ProcessGroupSMDDP::shutdown() {
   std::call_once(shutdown_once_, [this] {
+    std::lock_guard<std::mutex> lock(lifecycle_mutex_);
     // Destroying the communicator first runs what is still queued, so every
     // work completes.
     if (comm_ != nullptr) {

@@ -211,6 +211,10 @@ class ProcessGroupSMDDP : public c10d::Backend {
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> seq_{0};
   std::once_flag shutdown_once_;
+  // abort() may come from another thread (a watchdog) while shutdown()
+  // destroys the communicator: it waits for the destroy rather than use a
+  // communicator being freed (libsmddp's destroy must not race other calls).
+  std::mutex lifecycle_mutex_;
 };
 
 // Creates the backend for torch's extended-API registration; the store is
