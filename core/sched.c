@@ -9,7 +9,8 @@
  *    at once; the queue is empty and exec_lock is taken before the queue lock
  *    is released, so issue order holds;
  *  - smddp_wait() on a request that is still queued runs the queue's head
- *    operations, in order, until its own has run.
+ *    operations, in order, until its own has run, whenever exec_lock is
+ *    free; it never blocks on exec_lock, and never runs a later operation.
  * An operation is taken off the queue only by a thread holding exec_lock, so
  * operations always run one at a time, in issue order. Completion (callback,
  * done flag, wake-up) happens after exec_lock is released.
@@ -89,7 +90,12 @@ static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op)
     op->deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
     smddp__clear_error();
     smddp_status_t st = smddp__op_execute(comm, op);
-    if (st < 0 && st != SMDDP_ERR_INVALID_ARGUMENT) {
+    /*
+     * Whatever stops an op here (an invalid argument found only now, such as
+     * a host buffer passed as CUDA memory on this rank alone, included) leaves
+     * the peers inside it: abort, so that they fail at once too.
+     */
+    if (st < 0) {
         SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
         smddp__comm_fail(comm, st, smddp__last_error());
     }
@@ -99,14 +105,15 @@ static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op)
 }
 
 /*
- * Takes the queue's head and runs it to completion on this thread; false if
- * the queue was empty. Blocks while another thread runs an op.
+ * Runs the queue's head to completion on this thread, exec_lock held (and
+ * released here); false if the queue was empty, or if upto (when not NULL)
+ * has left the queue: a waiter runs the ops queued before its own and its
+ * own, never a later one.
  */
-static bool run_head(smddp_comm_t comm)
+static bool run_head_locked(smddp_comm_t comm, const smddp__op_t *upto)
 {
-    pthread_mutex_lock(&comm->exec_lock);
     pthread_mutex_lock(&comm->lock);
-    smddp__op_t *op = comm->head;
+    smddp__op_t *op = upto && !upto->queued ? NULL : comm->head;
     if (op) {
         comm->head = op->next;
         if (!comm->head) comm->tail = NULL;
@@ -122,6 +129,13 @@ static bool run_head(smddp_comm_t comm)
     smddp__op_complete(op, st);
     smddp__request_unref(op); /* the engine's reference */
     return true;
+}
+
+/* The progress thread's turn: blocks while another thread runs an op. */
+static bool run_head(smddp_comm_t comm)
+{
+    pthread_mutex_lock(&comm->exec_lock);
+    return run_head_locked(comm, NULL);
 }
 
 _Thread_local bool smddp__library_thread;
@@ -246,10 +260,28 @@ smddp_status_t smddp__request_wait(smddp__op_t *op, int64_t timeout_ms)
      * for the progress thread to be scheduled; a bounded one cannot, since a
      * running collective cannot be left at the caller's deadline.
      */
-    if (timeout_ms < 0 && smddp__params()->inline_exec)
-        while (!atomic_load(&op->done) && still_queued(op) && run_head(op->comm)) {
+    if (timeout_ms < 0 && smddp__params()->inline_exec) {
+        /*
+         * Never block on exec_lock: the progress thread may be running op
+         * itself, and after it the next op, which may need something this
+         * thread does once op is done (a send): blocked there, this thread
+         * would see op done only after the next op, perhaps never. While
+         * another thread executes, sleep briefly on op's done word instead.
+         */
+        while (!atomic_load(&op->done) && still_queued(op)) {
+            if (pthread_mutex_trylock(&op->comm->exec_lock) == 0) {
+                if (!run_head_locked(op->comm, op)) break;
+                continue;
+            }
+            struct timespec ts = {0, 200 * 1000};
+            atomic_fetch_add(&op->sleepers, 1);
+            if (!atomic_load(&op->done)) futex_private(&op->done, FUTEX_WAIT, 0, &ts);
+            atomic_fetch_sub(&op->sleepers, 1);
         }
-    int64_t deadline = timeout_ms >= 0 ? smddp__now_ns() + timeout_ms * 1000000LL : 0;
+    }
+    /* Capped at 1e12 ms, as communicator timeouts are: INT64_MAX ms must not wrap. */
+    int64_t capped_ms = SMDDP_MIN(timeout_ms, (int64_t)1000000000000LL);
+    int64_t deadline = timeout_ms >= 0 ? smddp__now_ns() + capped_ms * 1000000LL : 0;
     for (int i = 0; i < 2000 && !atomic_load(&op->done); i++) __builtin_ia32_pause();
     while (!atomic_load(&op->done)) {
         struct timespec ts = {0, 100 * 1000 * 1000};

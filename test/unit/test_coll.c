@@ -316,6 +316,43 @@ static void alltoallv_rank(smddp_comm_t comm, int rank, int size, void *arg)
     }
 }
 
+/*
+ * smddp_wait(A) runs the ops queued before A and A itself, never a later one.
+ * Rank 0 issues allreduces A and B, waits for A, then sends to rank 1; rank 1
+ * runs A, receives, then runs B. When the progress thread had taken A while
+ * the waiter queued for the execution lock, the waiter used to run B, which
+ * needs rank 1, which waits for the send: stuck until SMDDP_TIMEOUT.
+ */
+static void wait_runs_no_later_op_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size, (void)arg;
+    for (int it = 0; it < 300; it++) {
+        int32_t a = rank, b = rank, msg = it;
+        if (rank == 0) {
+            smddp_request_t ra, rb;
+            H_OK(smddp_allreduce(comm, &a, &a, 1, SMDDP_INT32, SMDDP_SUM, NULL, &ra));
+            H_OK(smddp_allreduce(comm, &b, &b, 1, SMDDP_INT32, SMDDP_SUM, NULL, &rb));
+            H_OK(smddp_wait(ra, SMDDP_WAIT_DEFAULT));
+            H_OK(smddp_send(comm, &msg, 1, SMDDP_INT32, 1, 0, NULL, NULL));
+            H_OK(smddp_wait(rb, SMDDP_WAIT_DEFAULT));
+            smddp_request_free(ra);
+            smddp_request_free(rb);
+        } else {
+            H_OK(smddp_allreduce(comm, &a, &a, 1, SMDDP_INT32, SMDDP_SUM, NULL, NULL));
+            H_OK(smddp_recv(comm, &msg, 1, SMDDP_INT32, 0, 0, NULL, NULL));
+            H_CHECK(msg == it, "iteration %d: received %d", it, msg);
+            H_OK(smddp_allreduce(comm, &b, &b, 1, SMDDP_INT32, SMDDP_SUM, NULL, NULL));
+        }
+        H_CHECK(a == 1 && b == 1, "iteration %d: sums %d and %d", it, a, b);
+    }
+}
+
+static void test_wait_runs_no_later_op(void **state)
+{
+    (void)state;
+    run(2, wait_runs_no_later_op_rank, "SMDDP_TIMEOUT=5");
+}
+
 static void test_alltoallv_2(void **state) { (void)state; run(2, alltoallv_rank, NULL); }
 static void test_alltoallv_3(void **state) { (void)state; run(3, alltoallv_rank, NULL); }
 static void test_alltoallv_4(void **state) { (void)state; run(4, alltoallv_rank, "SMDDP_SHM_BUFFER_SIZE=65536 SMDDP_STREAM_MIN=1"); }
@@ -1365,6 +1402,7 @@ int main(void)
         cmocka_unit_test(test_movement_4),
         cmocka_unit_test(test_movement_small_buffers),
         cmocka_unit_test(test_alltoallv_2),
+        cmocka_unit_test(test_wait_runs_no_later_op),
         cmocka_unit_test(test_alltoallv_3),
         cmocka_unit_test(test_alltoallv_4),
         cmocka_unit_test(test_p2p_2),

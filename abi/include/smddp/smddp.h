@@ -51,7 +51,10 @@ extern "C" {
 typedef enum smddp_status {
     SMDDP_OK = 0,
     SMDDP_IN_PROGRESS = 1,          /**< request not complete yet */
-    SMDDP_ERR_INVALID_ARGUMENT = -1,/**< bad argument; nothing was done */
+    SMDDP_ERR_INVALID_ARGUMENT = -1,/**< bad argument; nothing was done (found only while a
+                                          collective ran, e.g. a host buffer passed as CUDA
+                                          memory: the communicator is aborted, as on any
+                                          other failure, so that no peer waits for it) */
     SMDDP_ERR_NO_MEMORY = -2,       /**< an allocation failed */
     SMDDP_ERR_SYSTEM = -3,          /**< an OS call failed (message has errno text) */
     SMDDP_ERR_TIMEOUT = -4,         /**< a deadline passed; the communicator is aborted */
