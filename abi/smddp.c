@@ -478,10 +478,13 @@ smddp_status_t smddp_alltoallv(smddp_comm_t comm, const void *sendbuf, const int
     SMDDP_CHECK(check_v(&c, "sendcounts", sendcounts, "sdispls", sdispls, dtype));
     SMDDP_CHECK(check_v(&c, "recvcounts", recvcounts, "rdispls", rdispls, dtype));
     int64_t stotal = 0, rtotal = 0;
-    for (int i = 0; i < comm->size; i++) {
-        stotal += sendcounts[i];
-        rtotal += recvcounts[i];
-    }
+    for (int i = 0; i < comm->size; i++)
+        if (__builtin_add_overflow(stotal, sendcounts[i], &stotal) ||
+            __builtin_add_overflow(rtotal, recvcounts[i], &rtotal))
+            return INVALID(comm, "smddp_alltoallv: the counts add up to more than %" PRId64
+                                 " elements", INT64_MAX);
+    SMDDP_CHECK(check_count(&c, "the sum of sendcounts", stotal, dtype, 1));
+    SMDDP_CHECK(check_count(&c, "the sum of recvcounts", rtotal, dtype, 1));
     SMDDP_CHECK(check_buf(&c, "sendbuf", sendbuf, stotal));
     SMDDP_CHECK(check_buf(&c, "recvbuf", recvbuf, rtotal));
     if (stotal > 0 && sendbuf == recvbuf)

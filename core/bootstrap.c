@@ -3,9 +3,11 @@
  * SMDDP_* settings or from whatever launcher started us (torchrun, Open MPI,
  * Slurm), and the built-in TCP store served by rank 0.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "comm.h"
 #include "param.h"
@@ -39,6 +41,31 @@ static uint32_t hash_str(const char *s)
     return h;
 }
 
+/*
+ * Rank 0's store keeps one connection per rank until exit: raise the soft
+ * limit on open files towards the hard one when the job needs more (a
+ * soft limit of 1024 stopped jobs of about a thousand ranks at bootstrap),
+ * and say so when even the hard limit is too low.
+ */
+static void ensure_fds(int size)
+{
+    struct rlimit rl;
+    rlim_t need = (rlim_t)size + 256;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    struct rlimit raised = {want, rl.rlim_max};
+    if (want > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &raised) == 0)
+        SMDDP_INFO("rank 0: raised the open-file limit from %llu to %llu for the store's %d "
+                   "connections", (unsigned long long)rl.rlim_cur, (unsigned long long)want, size);
+    else
+        want = rl.rlim_cur;
+    if (want < need)
+        SMDDP_WARN("rank 0: the store needs a connection per rank (%d) but this process may open "
+                   "only %llu files (ulimit -n, hard limit %llu): raise it, or ranks will fail to "
+                   "connect", size, (unsigned long long)want, (unsigned long long)rl.rlim_max);
+}
+
 smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config, smddp_comm_t *out)
 {
     const smddp__params_t *params = smddp__params();
@@ -69,13 +96,20 @@ smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config, sm
     const char *port_from = "SMDDP_MASTER_PORT";
     snprintf(addr, sizeof(addr), "%s", params->master_addr);
     if (!addr[0] && getenv("MASTER_ADDR")) snprintf(addr, sizeof(addr), "%s", getenv("MASTER_ADDR"));
-    if (port < 0 && getenv("MASTER_PORT")) {
-        port = atoi(getenv("MASTER_PORT"));
+    if (port < 0 && getenv("MASTER_PORT") && getenv("MASTER_PORT")[0]) {
+        const char *text = getenv("MASTER_PORT");
+        char *end;
+        errno = 0;
+        long v = strtol(text, &end, 10);
+        if (errno || *end || v < 1 || v > 65535)
+            return smddp__error(SMDDP_ERR_INVALID_ARGUMENT, "MASTER_PORT is \"%s\": it must be "
+                                "a port number from 1 to 65535", text);
+        port = (int)v;
         port_from = "MASTER_PORT";
         /* torchrun's agent may already serve its own store on MASTER_PORT. */
         const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
         if (agent && (!strcmp(agent, "True") || !strcmp(agent, "1"))) {
-            port += 1;
+            port = port < 65535 ? port + 1 : port - 1;
             port_from = "MASTER_PORT + 1 (torchrun's agent store holds MASTER_PORT)";
         }
     }
@@ -117,6 +151,7 @@ smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config, sm
         smddp__tcp_server_t *server = NULL;
         int bound = 0;
         if (rank == 0) {
+            ensure_fds(size);
             st = smddp__tcp_server_start(NULL, port, &server, &bound);
             if (st < 0) {
                 char inner[SMDDP_ERRMSG_MAX];
@@ -148,9 +183,16 @@ smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config, sm
         atomic_init(&ref->queued, 0);
         env_store = ref;
     }
-    char prefix[64];
-    snprintf(prefix, sizeof(prefix), "%s/env%d", config && config->prefix ? config->prefix : "smddp",
-             env_comm_count++);
+    char prefix[512];
+    int len = snprintf(prefix, sizeof(prefix), "%s/env%d",
+                       config && config->prefix ? config->prefix : "smddp", env_comm_count++);
+    /* Cut short, two communicators could share their store keys. */
+    if (len < 0 || (size_t)len >= sizeof(((struct smddp_comm *)0)->prefix)) {
+        st = smddp__error(SMDDP_ERR_INVALID_ARGUMENT, "the store prefix %s is too long: at most "
+                          "%zu characters with the /envN suffix", prefix,
+                          sizeof(((struct smddp_comm *)0)->prefix) - 1);
+        goto out;
+    }
     st = smddp__comm_create(env_store, rank, size, prefix, timeout_ms, out);
 out:
     pthread_mutex_unlock(&env_lock);

@@ -343,12 +343,15 @@ void smddp__comm_set_last_error(smddp_comm_t comm, const char *msg)
 
 void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg)
 {
-    int expected = 0;
-    /* The first failure's message is the one every later op reports. */
+    /*
+     * The first failure's message is the one every later op reports; it is
+     * written before the flag, which is read without err_lock.
+     */
     pthread_mutex_lock(&comm->err_lock);
-    if (atomic_compare_exchange_strong(&comm->aborted, &expected, 1)) {
+    if (!atomic_load(&comm->aborted)) {
         snprintf(comm->abort_msg, sizeof(comm->abort_msg), "%s", msg);
         comm->abort_status = status;
+        atomic_store(&comm->aborted, 1);
     }
     pthread_mutex_unlock(&comm->err_lock);
     char shared[SMDDP_ERRMSG_MAX];
@@ -564,8 +567,17 @@ smddp_status_t smddp__comm_split(smddp_comm_t comm, int color, int key, smddp_co
     op->recvbuf = all;
     op->count = sizeof(mine);
     op->dtype = SMDDP_UINT8;
-    SMDDP_CHECK_GOTO(smddp__submit(comm, op, NULL), st, out);
-    uint64_t split_id = comm->split_count++;
+    /*
+     * The allgather's sequence number names the split: the same on every
+     * rank, also when threads split one parent at once (a counter bumped
+     * here could be bumped in another order on another rank). A reference of
+     * our own keeps op readable after the blocking call drops its own.
+     */
+    atomic_fetch_add(&op->refs, 1);
+    st = smddp__submit(comm, op, NULL);
+    uint64_t split_id = op->seq;
+    smddp__request_unref(op);
+    if (st != SMDDP_OK) goto out;
     if (color == SMDDP_SPLIT_NOCOLOR) {
         *out = NULL;
         st = SMDDP_OK;

@@ -135,7 +135,6 @@ struct smddp_comm {
     uint64_t next_seq;
     uint64_t *p2p_send_seq;  /* per peer, next message number */
     uint64_t *p2p_recv_seq;
-    uint64_t split_count;
 
     /* Abort: first failure wins; later ops fail fast with its message. */
     atomic_int aborted;

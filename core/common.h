@@ -76,6 +76,16 @@ const char *smddp__status_string(smddp_status_t status);
 int64_t smddp__now_ns(void);
 
 #define SMDDP_MIN(a, b) ((a) < (b) ? (a) : (b))
+
+/* A spin-wait hint to the CPU (x86 pause, Arm yield). */
+static inline void smddp__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 #define SMDDP_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 #endif /* SMDDP_CORE_COMMON_H */

@@ -158,7 +158,7 @@ static int parse_size(const char *s, int64_t *out)
     case 'g': case 'G': mul = 1024LL * 1024 * 1024; end++; break;
     default: break;
     }
-    if (*end == 'i' || *end == 'I') end++;
+    if (mul > 1 && (*end == 'i' || *end == 'I')) end++; /* 4Mi, 4MiB */
     if (*end == 'b' || *end == 'B') end++;
     if (*end != '\0') return -1;
     if (v > INT64_MAX / mul) return -1;

@@ -282,7 +282,7 @@ smddp_status_t smddp__request_wait(smddp__op_t *op, int64_t timeout_ms)
     /* Capped at 1e12 ms, as communicator timeouts are: INT64_MAX ms must not wrap. */
     int64_t capped_ms = SMDDP_MIN(timeout_ms, (int64_t)1000000000000LL);
     int64_t deadline = timeout_ms >= 0 ? smddp__now_ns() + capped_ms * 1000000LL : 0;
-    for (int i = 0; i < 2000 && !atomic_load(&op->done); i++) __builtin_ia32_pause();
+    for (int i = 0; i < 2000 && !atomic_load(&op->done); i++) smddp__cpu_relax();
     while (!atomic_load(&op->done)) {
         struct timespec ts = {0, 100 * 1000 * 1000};
         if (deadline) {

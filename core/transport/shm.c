@@ -404,7 +404,7 @@ static smddp_status_t wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uin
     unsigned iter = 0;
     while (now - start < s->spin_ns) {
         for (int i = 0; i < 64; i++) {
-            __builtin_ia32_pause();
+            smddp__cpu_relax();
             if (ready(s, arg)) return SMDDP_OK;
         }
         if (comm->pump) SMDDP_CHECK(comm->pump(comm->pump_arg));

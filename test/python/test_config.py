@@ -255,3 +255,13 @@ def test_no_torch_import_at_module_import():
             "print('torch' in sys.modules, 'smddp._C' in sys.modules)" % str(pkg))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"], out.stderr
+
+
+def test_empty_sm_hps_is_no_hyperparameters(tmp_path):
+    # As an empty SM_TRAINING_ENV: skipped (it used to fail as malformed JSON),
+    # so the hyperparameters file still counts.
+    path = tmp_path / "hyperparameters.json"
+    path.write_text(json.dumps({HPS_KEY: "nccl"}))
+    assert resolve(env={"SM_HPS": ""}, hyperparameters_file=str(path)).backend == "nccl"
+    assert resolve(env={"SM_HPS": "  "}, hyperparameters_file=str(tmp_path / "none")) == \
+        CommConfig("auto", "default")

@@ -610,6 +610,34 @@ static void test_from_env_no_address(void **state)
     assert_int_equal(harness_run(1, preset_fn, &c, &opts), 0);
 }
 
+/* A malformed MASTER_PORT is refused, naming it, instead of atoi's guess. */
+static void bad_master_port_fn(smddp_comm_t unused, int rank, int size, void *arg)
+{
+    (void)unused, (void)rank, (void)size, (void)arg;
+    static const char *const bad[] = {"29500x", "0", "70000", "-1", "2e4"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        clear_launcher_env();
+        setenv("RANK", "0", 1);
+        setenv("WORLD_SIZE", "2", 1);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_PORT", bad[i], 1);
+        smddp_comm_t comm = NULL;
+        smddp_status_t st = smddp_comm_create_from_env(NULL, &comm);
+        const char *msg = smddp_get_last_error(NULL);
+        H_CHECK(st == SMDDP_ERR_INVALID_ARGUMENT, "MASTER_PORT=\"%s\": %s: %s", bad[i],
+                smddp_status_string(st), msg);
+        H_HAS(msg, "MASTER_PORT");
+        H_HAS(msg, bad[i]);
+    }
+}
+
+static void test_from_env_bad_master_port(void **state)
+{
+    (void)state;
+    harness_opts_t opts = {.timeout_s = 60, .no_comm = 1};
+    assert_int_equal(harness_run(1, bad_master_port_fn, NULL, &opts), 0);
+}
+
 static void test_from_env_port_busy(void **state)
 {
     (void)state;
@@ -689,6 +717,7 @@ int main(void)
         cmocka_unit_test(test_from_env_nothing_set),
         cmocka_unit_test(test_from_env_rank_too_big),
         cmocka_unit_test(test_from_env_no_address),
+        cmocka_unit_test(test_from_env_bad_master_port),
         cmocka_unit_test(test_from_env_port_busy),
         cmocka_unit_test(test_from_env_no_server),
     };

@@ -225,7 +225,7 @@ static void test_sizes(void **state)
                      (long long)p->shm_buffer, (long long)good[i].value);
     }
     static const char *const bad[] = {"4X",  "-1",  "",    "abc", "1.5M",
-                                      "4 K", "4KK", "4Kx", "99999999999G"};
+                                      "4 K", "4KK", "4Kx", "99999999999G", "4iB", "4i"};
     const int64_t def = table_default("SMDDP_ALLREDUCE_ONESHOT_MAX");
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         /* A good value first: a malformed one must restore the default, not keep it. */

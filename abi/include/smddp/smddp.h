@@ -147,7 +147,9 @@ typedef struct smddp_comm_config {
 /**
  * Called once when an operation finishes, successfully or not, with its
  * status; arg is smddp_coll_attr_t.on_complete_arg. Not called when the call
- * that issues the operation returns an error itself. It runs on
+ * that issues the operation refuses it (invalid arguments, a communicator
+ * being destroyed: nothing was started); a blocking call (req NULL) whose
+ * operation ran and failed calls it, then returns the same error. It runs on
  * whichever thread finished the operation (the communicator's progress or
  * send/recv thread, or a caller of smddp_wait() that ran it) before
  * smddp_test() and smddp_wait() report the request finished, and never while

@@ -117,7 +117,7 @@ def _from_sagemaker(env: Mapping[str, str], hyperparameters_file: str) -> Option
             return CommConfig(_normalize(_hyperparameter(params[HPS_KEY]), source), source)
 
     text = env.get("SM_HPS")
-    if text is not None:
+    if text is not None and text.strip():  # empty, as SM_TRAINING_ENV: no hyperparameters
         hps, where = _load_object(text, "SM_HPS"), "SM_HPS"
     elif os.path.isfile(hyperparameters_file):
         what = f"hyperparameters file {hyperparameters_file}"
