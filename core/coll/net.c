@@ -564,10 +564,13 @@ static smddp_status_t flat_execute(smddp_comm_t comm, smddp__op_t *op)
     case SMDDP_OP_BROADCAST:
         return net_broadcast(comm, op);
     case SMDDP_OP_BARRIER: {
-        /* Nothing moves until every rank has arrived: a one-byte allreduce. */
+        /*
+         * Nothing moves until every rank has arrived: a one-byte allreduce,
+         * still of kind barrier, so that its messages do not pass for a real
+         * one-byte max allreduce's and errors name the barrier.
+         */
         uint8_t one = 1;
         smddp__op_t b = *op;
-        b.kind = SMDDP_OP_ALLREDUCE;
         b.sendbuf = b.recvbuf = &one;
         b.count = 1;
         b.dtype = SMDDP_UINT8;

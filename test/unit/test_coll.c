@@ -1041,6 +1041,28 @@ static void test_nodes_late_round_mismatch(void **state)
                   "SMDDP_TIMEOUT=30 SMDDP_SHM_BUFFER_SIZE=65536 SMDDP_NET_ALGO=hier");
 }
 
+/*
+ * A barrier against a one-byte max allreduce (what a flat barrier runs):
+ * they once passed for each other on the wire, and both ranks 'succeeded'.
+ */
+static void barrier_vs_allreduce_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg, (void)size;
+    uint8_t x = 1;
+    smddp_status_t st = rank == 0 ? smddp_barrier(comm, NULL, NULL)
+                                  : smddp_allreduce(comm, &x, &x, 1, SMDDP_UINT8, SMDDP_MAX, NULL,
+                                                    NULL);
+    const char *msg = smddp_get_last_error(NULL);
+    H_CHECK(st < 0, "rank %d: a barrier against an allreduce returned %d", rank, st);
+    H_CHECK(strstr(msg, "issued a different collective") != NULL, "rank %d: %s", rank, msg);
+}
+
+static void test_nodes_barrier_vs_allreduce(void **state)
+{
+    (void)state;
+    run_nodes_env(2, 1, barrier_vs_allreduce_rank, "SMDDP_TIMEOUT=20 SMDDP_NET_ALGO=flat");
+}
+
 static void test_nodes_mismatch(void **state)
 {
     (void)state;
@@ -1444,6 +1466,7 @@ int main(void)
         cmocka_unit_test(test_nodes_what_mismatch),
         cmocka_unit_test(test_nodes_alltoallv_self_mismatch),
         cmocka_unit_test(test_nodes_late_round_mismatch),
+        cmocka_unit_test(test_nodes_barrier_vs_allreduce),
         cmocka_unit_test(test_nodes_mismatch),
         cmocka_unit_test(test_nodes_abandoned),
     };
