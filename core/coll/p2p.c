@@ -80,6 +80,7 @@ struct smddp__p2p {
     uint64_t *recvs_sorted;
     p2p_state_t *sends, *recvs;            /* state of each FIFO head */
     remote_t *remote;                      /* posted to peers on other nodes */
+    remote_t *given_up;                    /* left posted by a failure: freed at teardown */
     /*
      * Per (peer, direction): ops beyond SMDDP_OFI_MAX_INFLIGHT wait in order,
      * and how many are on the network. Messages of a pair match in order, so
@@ -183,15 +184,22 @@ static void queue_remote(smddp_comm_t comm, smddp__op_t *op)
     post_waiting(comm, q);
 }
 
+static void free_remotes(remote_t **list)
+{
+    while (*list) {
+        remote_t *r = *list;
+        *list = r->next;
+        free(r);
+    }
+}
+
 static void abort_all(smddp_comm_t comm, smddp_status_t st);
 
 /* Completes what the network finished; true if anything did. */
 static bool progress_remote(smddp_comm_t comm)
 {
     smddp__p2p_t *p = comm->p2p;
-    bool any = false, live = false;
-    for (remote_t *r = p->remote; r; r = r->next) live |= r->op != NULL;
-    if (!live) return false; /* only transfers a failure gave up on, left to teardown */
+    bool any = false;
     smddp_status_t st = smddp__ofi_progress(comm->ofi_p2p);
     if (st < 0) {
         /*
@@ -483,18 +491,22 @@ static void fail_all(smddp_comm_t comm, smddp_status_t st)
         }
         p->waiting_tail[q] = NULL;
     }
-    for (remote_t *r = p->remote; r; r = r->next) {
-        if (!r->op) continue;
-        /*
-         * Nothing may land in a buffer its owner gets back now. A cancel is
-         * asynchronous, and a NIC (efa, verbs) may still be writing a matched
-         * receive, so the endpoint is given up: closed on such providers,
-         * never progressed again on software ones, which move data only then.
-         * The communicator is failing anyway.
-         */
+    /*
+     * Nothing may land in a buffer its owner gets back now. A cancel is
+     * asynchronous, and a NIC (efa, verbs) may still be writing a matched
+     * receive, so the endpoint is given up: closed on such providers, never
+     * progressed again on software ones, which move data only then. The
+     * communicator is failing anyway. The transfers stay allocated until
+     * teardown, off the list that is progressed.
+     */
+    while (p->remote) {
+        remote_t *r = p->remote;
+        p->remote = r->next;
         smddp__ofi_abandon(comm->ofi_p2p, &r->x);
         smddp__error_quiet(st, "%s", msg);
         complete_remote(comm, r, st);
+        r->next = p->given_up;
+        p->given_up = r;
     }
 }
 
@@ -573,8 +585,7 @@ static smddp_status_t check_health(smddp_comm_t comm)
     }
     for (int q = 0; q < 2 * comm->size; q++) /* a queue's head is its oldest: it times out first */
         if (p->waiting[q]) SMDDP_CHECK(check_remote(comm, p->waiting[q], now, false));
-    for (remote_t *r = p->remote; r; r = r->next)
-        if (r->op) SMDDP_CHECK(check_remote(comm, r->op, now, true));
+    for (remote_t *r = p->remote; r; r = r->next) SMDDP_CHECK(check_remote(comm, r->op, now, true));
     return SMDDP_OK;
 }
 
@@ -798,12 +809,9 @@ void smddp__p2p_stop(smddp_comm_t comm)
     /* Transfers still posted (cancelled receives, peeks) go with the endpoint. */
     bool peeking = false;
     for (int q = 0; p->peeks && q < comm->size; q++) peeking |= p->peeks[q].busy;
-    if (p->remote || peeking) smddp__ofi_teardown_p2p(comm);
-    while (p->remote) {
-        remote_t *r = p->remote;
-        p->remote = r->next;
-        free(r);
-    }
+    if (p->remote || p->given_up || peeking) smddp__ofi_teardown_p2p(comm);
+    free_remotes(&p->remote);
+    free_remotes(&p->given_up);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
     p2p_free(p);
