@@ -20,20 +20,22 @@ using namespace detail;
 
 // The checks of each kind, run for every member of a coalesced call before
 // any is issued: a check failing half-way would leave the issued members
-// without their counterparts on the other ranks.
-static void check_allreduce(const at::Tensor& tensor, const c10d::ReduceOp& rop) {
+// without their counterparts on the other ranks. Each returns what it
+// converted, for the issue that follows.
+static SmddpReduction check_allreduce(const at::Tensor& tensor, const c10d::ReduceOp& rop) {
   check_tensor(tensor, "allreduce");
-  (void)to_smddp_reduction(tensor.scalar_type(), rop);
+  return to_smddp_reduction(tensor.scalar_type(), rop);
 }
 
-static void check_allgather_base(const at::Tensor& output, const at::Tensor& input, int size) {
+static smddp_dtype_t check_allgather_base(const at::Tensor& output, const at::Tensor& input,
+                                          int size) {
   check_tensor(input, "allgather");
   check_tensor(output, "allgather");
   check_alike(input, output, "allgather");
   TORCH_CHECK(output.numel() == input.numel() * size, "smddp allgather: the output has ",
               output.numel(), " elements; expected world size (", size, ") x input (",
               input.numel(), ")");
-  (void)to_smddp_dtype(input.scalar_type(), false);
+  return to_smddp_dtype(input.scalar_type(), false);
 }
 
 static void check_allgather_list(const std::vector<at::Tensor>& outs, const at::Tensor& input,
@@ -50,22 +52,22 @@ static void check_allgather_list(const std::vector<at::Tensor>& outs, const at::
   (void)to_smddp_dtype(input.scalar_type(), false);
 }
 
-static void check_reduce_scatter_base(const at::Tensor& output, const at::Tensor& input,
-                                      const c10d::ReduceOp& rop, int size) {
+static SmddpReduction check_reduce_scatter_base(const at::Tensor& output,
+                                                const at::Tensor& input,
+                                                const c10d::ReduceOp& rop, int size) {
   check_tensor(input, "reduce_scatter");
   check_tensor(output, "reduce_scatter");
   check_alike(input, output, "reduce_scatter");
   TORCH_CHECK(input.numel() == output.numel() * size, "smddp reduce_scatter: the input has ",
               input.numel(), " elements; expected world size (", size, ") x output (",
               output.numel(), ")");
-  (void)to_smddp_reduction(input.scalar_type(), rop);
+  return to_smddp_reduction(input.scalar_type(), rop);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::issue_allreduce(
     const c10::intrusive_ptr<WorkSMDDP>& work, const at::Tensor& tensor,
     const c10d::ReduceOp& rop) {
-  check_allreduce(tensor, rop);
-  SmddpReduction op = to_smddp_reduction(tensor.scalar_type(), rop);
+  SmddpReduction op = check_allreduce(tensor, rop);
   smddp_dtype_t dt = op.dtype;
   at::Tensor buf = stage_inout(*work, tensor);
   smddp_coll_attr_t attr = attr_for(buf, op.factor);
@@ -87,7 +89,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tens
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   for (const auto& t : tensors) {
-    check_allreduce(t, opts.reduceOp);
+    (void)check_allreduce(t, opts.reduceOp);
   }
   auto work = new_work(c10d::OpType::ALLREDUCE_COALESCED, tensors);
   for (const auto& t : tensors) {
@@ -131,8 +133,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce(std::vector<at::Tensor>
 
 void ProcessGroupSMDDP::issue_allgather_base(const c10::intrusive_ptr<WorkSMDDP>& work,
                                              const at::Tensor& output, const at::Tensor& input) {
-  check_allgather_base(output, input, size_);
-  smddp_dtype_t dt = to_smddp_dtype(input.scalar_type(), false);
+  smddp_dtype_t dt = check_allgather_base(output, input, size_);
   at::Tensor in = stage_in(*work, input);
   at::Tensor out = stage_inout(*work, output);
   smddp_coll_attr_t attr = attr_for(in);
@@ -199,7 +200,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_into_tensor_coalesce
               "smddp allgather_into_tensor_coalesced: ", outputs.size(), " outputs but ",
               inputs.size(), " inputs");
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check_allgather_base(outputs[i], inputs[i], size_);
+    (void)check_allgather_base(outputs[i], inputs[i], size_);
   }
   auto work = new_work(c10d::OpType::ALLGATHER_COALESCED, outputs);
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -212,8 +213,7 @@ void ProcessGroupSMDDP::issue_reduce_scatter_base(const c10::intrusive_ptr<WorkS
                                                   const at::Tensor& output,
                                                   const at::Tensor& input,
                                                   const c10d::ReduceOp& rop) {
-  check_reduce_scatter_base(output, input, rop, size_);
-  SmddpReduction op = to_smddp_reduction(input.scalar_type(), rop);
+  SmddpReduction op = check_reduce_scatter_base(output, input, rop, size_);
   smddp_dtype_t dt = op.dtype;
   at::Tensor in = stage_in(*work, input);
   at::Tensor out = stage_inout(*work, output);
@@ -261,7 +261,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter_tensor_coalesce
               inputs.size(), " inputs");
   // COALESCED: torch 2.11's OpType has no REDUCE_SCATTER_TENSOR_COALESCED.
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check_reduce_scatter_base(outputs[i], inputs[i], opts.reduceOp, size_);
+    (void)check_reduce_scatter_base(outputs[i], inputs[i], opts.reduceOp, size_);
   }
   auto work = new_work(c10d::OpType::COALESCED, outputs);
   for (size_t i = 0; i < inputs.size(); ++i) {
