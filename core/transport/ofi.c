@@ -183,12 +183,18 @@ static smddp_status_t open_endpoint(smddp__ofi_t *o)
 /* Publishes this rank's address under channel and inserts every rank's, in rank order. */
 static smddp_status_t exchange_addresses(smddp_comm_t comm, smddp__ofi_t *o, const char *channel)
 {
-    char name[ADDR_MAX], key[320];
-    size_t len = sizeof(name);
-    int rc = fi_getname(&o->ep->fid, name, &len);
+    /*
+     * Published as "provider\0address": ranks on different providers (say
+     * net on one host, tcp;ofi_rxm on another, whose protocols differ) would
+     * only time out talking to each other, so they fail here saying why.
+     */
+    char name[sizeof(o->provider) + ADDR_MAX], key[320];
+    size_t plen = strlen(o->provider) + 1, len = ADDR_MAX;
+    memcpy(name, o->provider, plen);
+    int rc = fi_getname(&o->ep->fid, name + plen, &len);
     if (rc != 0) return fi_error(rc, "fi_getname");
     snprintf(key, sizeof(key), "%s/%s/%d", comm->prefix, channel, comm->rank);
-    SMDDP_CHECK(smddp__store_set(comm->store, key, name, len));
+    SMDDP_CHECK(smddp__store_set(comm->store, key, name, plen + len));
     o->addrs = calloc((size_t)comm->size, sizeof(*o->addrs));
     if (!o->addrs) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the address table");
     for (int r = 0; r < comm->size; r++) {
@@ -196,13 +202,24 @@ static smddp_status_t exchange_addresses(smddp_comm_t comm, smddp__ofi_t *o, con
         size_t vlen = 0;
         snprintf(key, sizeof(key), "%s/%s/%d", comm->prefix, channel, r);
         SMDDP_CHECK(smddp__store_get(comm->store, key, comm->timeout_ms, &v, &vlen));
-        if (vlen == 0 || vlen > ADDR_MAX) {
+        const char *theirs = v;
+        size_t tlen = vlen ? strnlen(theirs, vlen) : 0;
+        if (vlen > 0 && (tlen == vlen || strcmp(theirs, o->provider) != 0)) {
+            smddp_status_t st = smddp__error(
+                SMDDP_ERR_MISMATCH, "rank %d uses libfabric provider \"%.*s\" between "
+                "nodes and rank %d uses \"%s\": they cannot talk; set SMDDP_OFI_PROVIDER (or "
+                "FI_PROVIDER) the same on every rank", r, (int)SMDDP_MIN(tlen, (size_t)63),
+                theirs, comm->rank, o->provider);
+            free(v);
+            return st;
+        }
+        if (vlen == 0 || vlen - tlen - 1 == 0 || vlen - tlen - 1 > ADDR_MAX) {
             free(v);
             return smddp__error(SMDDP_ERR_STORE, "rank %d published a %zu-byte %s address "
-                                "(store key %s); expected 1-%d bytes", r, vlen, o->provider, key,
-                                ADDR_MAX);
+                                "(store key %s); expected 1-%d bytes", r, vlen ? vlen - tlen - 1 : 0,
+                                o->provider, key, ADDR_MAX);
         }
-        rc = fi_av_insert(o->av, v, 1, &o->addrs[r], 0, NULL);
+        rc = fi_av_insert(o->av, theirs + tlen + 1, 1, &o->addrs[r], 0, NULL);
         free(v);
         if (rc != 1)
             return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: inserting rank %d's address "

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "param.h"
 #include "transport/mr_cache.h"
 #include "transport/ofi.h"
 
@@ -310,6 +311,34 @@ static void test_bad_provider(void **state)
     assert_int_equal(harness_run(2, bad_provider_fn, NULL, &opts), 0);
 }
 
+/*
+ * Ranks on different providers (SMDDP_OFI_PROVIDER or FI_PROVIDER set on
+ * some hosts only; efa on some, tcp on others) cannot talk: setup fails on
+ * both at once, naming both providers, instead of timing out.
+ */
+static void provider_mismatch_fn(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size, (void)arg;
+    setenv("SMDDP_OFI_PROVIDER", rank == 0 ? "tcp;ofi_rxm" : "sockets", 1);
+    smddp__params_reload();
+    double t0 = now_s();
+    smddp_status_t st = smddp__ofi_setup(comm);
+    const char *msg = smddp_get_last_error(NULL);
+    H_CHECK(st == SMDDP_ERR_MISMATCH, "setup across two providers returned %d: %s", st, msg);
+    H_CHECK(strstr(msg, "\"tcp;ofi_rxm\"") && strstr(msg, "\"sockets\"") &&
+                strstr(msg, "SMDDP_OFI_PROVIDER"),
+            "the message does not name both providers and the setting: %s", msg);
+    H_CHECK(now_s() - t0 < 20, "the mismatch took the timeout to show");
+    smddp__ofi_teardown(comm);
+}
+
+static void test_provider_mismatch(void **state)
+{
+    (void)state;
+    harness_opts_t opts = {.env = LOOPBACK " SMDDP_TIMEOUT=60", .timeout_s = 60};
+    assert_int_equal(harness_run(2, provider_mismatch_fn, NULL, &opts), 0);
+}
+
 int main(void)
 {
     if (!smddp__ofi_built()) {
@@ -325,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_receive_times_out),
         cmocka_unit_test(test_receive_from_killed_peer),
         cmocka_unit_test(test_bad_provider),
+        cmocka_unit_test(test_provider_mismatch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
