@@ -11,6 +11,9 @@
 #include "common.h"
 #include "reduce/reduce.h"
 
+/* Scratch buffers a collective across nodes may hold at once (see net.h). */
+#define SMDDP_NET_SCRATCH_SLOTS 4
+
 typedef enum smddp__op_kind {
     SMDDP_OP_ALLREDUCE,
     SMDDP_OP_REDUCE,
@@ -117,6 +120,12 @@ struct smddp_comm {
      */
     smddp_status_t (*pump)(void *arg);
     void *pump_arg;
+    /*
+     * Scratch of the collectives across nodes (smddp__net_scratch), kept
+     * between ops; only the thread running an op (exec_lock) touches it.
+     */
+    void *scratch[SMDDP_NET_SCRATCH_SLOTS];
+    size_t scratch_len[SMDDP_NET_SCRATCH_SLOTS];
     struct smddp__cuda *cuda; /* CUDA IPC state, set up by the first CUDA collective */
     struct ncclComm *nccl;   /* NCCL communicator, created by the first collective routed to it */
     struct smddp__stage *stage_pool; /* idle pinned staging buffers, guarded by stage_lock */

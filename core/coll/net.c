@@ -187,6 +187,17 @@ smddp_status_t smddp__ring_allgather(smddp_comm_t comm, const smddp__op_t *op,
     return SMDDP_OK;
 }
 
+void *smddp__net_scratch(smddp_comm_t comm, int slot, size_t bytes)
+{
+    if (bytes == 0) bytes = 1;
+    if (comm->scratch_len[slot] < bytes) {
+        free(comm->scratch[slot]);
+        comm->scratch[slot] = malloc(bytes);
+        comm->scratch_len[slot] = comm->scratch[slot] ? bytes : 0;
+    }
+    return comm->scratch[slot];
+}
+
 smddp_status_t smddp__net_blocks(int p, size_t n, size_t each, size_t **off, size_t **len)
 {
     *off = calloc((size_t)p, sizeof(size_t));
@@ -378,12 +389,11 @@ static smddp_status_t ring_allreduce(smddp_comm_t comm, smddp__op_t *op)
     if (c.pre_scale) smddp__net_unary(op, SMDDP_PREMUL_SUM, 0, out, op->count);
     size_t biggest = op->count / (size_t)comm->size + 1, *off, *len;
     SMDDP_CHECK(smddp__net_blocks(comm->size, op->count, 0, &off, &len));
-    char *tmp = malloc(biggest * es);
+    char *tmp = smddp__net_scratch(comm, SMDDP_SCRATCH_TMP, biggest * es);
     smddp_status_t st = tmp ? smddp__ring_allreduce(comm, op, everyone(comm, &g), &c.step, out,
                                                     op->count, off, len, tmp, 0)
                             : smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
                                            biggest * es);
-    free(tmp);
     free(off);
     free(len);
     if (st == SMDDP_OK && c.post_divide)
@@ -399,7 +409,8 @@ static smddp_status_t ring_reduce_scatter_op(smddp_comm_t comm, smddp__op_t *op)
     smddp__chain_t c = smddp__chain_ops(op);
     smddp__ring_t g;
     /* The ring reduces in place: work on a copy of the input. */
-    char *work = malloc(n * (size_t)p * es + 1), *tmp = malloc(n * es + 1);
+    char *work = smddp__net_scratch(comm, SMDDP_SCRATCH_WORK, n * (size_t)p * es);
+    char *tmp = smddp__net_scratch(comm, SMDDP_SCRATCH_TMP, n * es);
     smddp_status_t st = SMDDP_OK;
     if (!work || !tmp) st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
                                          n * (size_t)(p + 1) * es);
@@ -415,8 +426,6 @@ static smddp_status_t ring_reduce_scatter_op(smddp_comm_t comm, smddp__op_t *op)
         free(off);
         free(len);
     }
-    free(work);
-    free(tmp);
     return st;
 }
 
@@ -425,7 +434,7 @@ smddp_status_t smddp__net_via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in
                                    smddp_status_t (*run)(smddp_comm_t, smddp__op_t *))
 {
     if (!is_half(op->dtype)) return run(comm, op);
-    float *w = malloc((in_count + out_count) * sizeof(float) + 1);
+    float *w = smddp__net_scratch(comm, SMDDP_SCRATCH_FP32, (in_count + out_count) * sizeof(float));
     if (!w) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes",
                                 (in_count + out_count) * sizeof(float));
     const uint16_t *in = op->sendbuf;
@@ -441,7 +450,6 @@ smddp_status_t smddp__net_via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in
     uint16_t *out = op->recvbuf;
     for (size_t i = 0; st == SMDDP_OK && i < out_count; i++)
         out[i] = f16 ? smddp__fp32_to_fp16(w[in_count + i]) : smddp__fp32_to_bf16(w[in_count + i]);
-    free(w);
     return st;
 }
 
@@ -508,14 +516,13 @@ static smddp_status_t net_alltoall(smddp_comm_t comm, smddp__op_t *op)
     if (op->sendbuf == op->recvbuf) {
         /* In place: send from a copy. */
         size_t bytes = op->count * (size_t)p * smddp_dtype_size(op->dtype);
-        void *copy = malloc(bytes + 1);
+        void *copy = smddp__net_scratch(comm, SMDDP_SCRATCH_OUTER, bytes);
         if (!copy) st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes", bytes);
         if (copy) {
             memcpy(copy, op->sendbuf, bytes);
             smddp__op_t tmp = *op;
             tmp.sendbuf = copy;
             st = net_alltoallv(comm, &tmp, v, v + p, v + 2 * p, v + 3 * p);
-            free(copy);
         }
     } else {
         st = net_alltoallv(comm, op, v, v + p, v + 2 * p, v + 3 * p);
@@ -583,13 +590,28 @@ static smddp_status_t flat_execute(smddp_comm_t comm, smddp__op_t *op)
     }
 }
 
+/*
+ * With one rank per node, reductions from this many bytes (the input) run
+ * hierarchical: its ring goes in rounds, so each round's reduction overlaps
+ * the next round's transfer, where the flat ring moves whole blocks and then
+ * reduces them. 2 nodes x 1 rank over veth, 64 MiB: allreduce 56-73 ms
+ * against 66-100 ms flat, reduce-scatter 28-32 against 34-46; at 1 MiB the
+ * flat ring was 20% faster (bench/netns_bench.sh BUILD 2 1).
+ */
+#define ONE_PER_NODE_HIER_MIN (4u << 20)
+
 /* Whether the hierarchical algorithms run op (see SMDDP_NET_ALGO). */
-static bool use_hier(smddp_comm_t comm)
+static bool use_hier(smddp_comm_t comm, const smddp__op_t *op)
 {
     int algo = smddp__params()->net_algo;
     if (algo == 1 || !comm->node_ranks) return false;
-    /* One rank per node: hierarchical is the flat ring with extra copies. */
-    return algo == 2 || comm->local_size > 1;
+    if (algo == 2 || comm->local_size > 1) return true;
+    /* One rank per node: otherwise the same ring as flat, plus copies. */
+    size_t in = op->count * smddp_dtype_size(op->dtype);
+    if (op->kind == SMDDP_OP_REDUCE_SCATTER) in *= (size_t)comm->size;
+    return (op->kind == SMDDP_OP_ALLREDUCE || op->kind == SMDDP_OP_REDUCE ||
+            op->kind == SMDDP_OP_REDUCE_SCATTER) &&
+           in >= ONE_PER_NODE_HIER_MIN;
 }
 
 static smddp_status_t net_execute(smddp_comm_t comm, smddp__op_t *op)
@@ -602,7 +624,7 @@ static smddp_status_t net_execute(smddp_comm_t comm, smddp__op_t *op)
     case SMDDP_OP_ALLGATHER:
     case SMDDP_OP_BROADCAST:
     case SMDDP_OP_BARRIER:
-        hier = use_hier(comm);
+        hier = use_hier(comm, op);
         break;
     default:
         break;
@@ -628,10 +650,10 @@ static smddp_status_t net_execute(smddp_comm_t comm, smddp__op_t *op)
         }
         /* Reduce: an allreduce into scratch on non-roots (simple; twice the traffic). */
         smddp__op_t r = *op;
-        r.recvbuf = malloc(op->count * smddp_dtype_size(op->dtype));
+        r.recvbuf = smddp__net_scratch(comm, SMDDP_SCRATCH_OUTER,
+                                       op->count * smddp_dtype_size(op->dtype));
         if (!r.recvbuf) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate scratch");
         st = run(comm, &r);
-        free(r.recvbuf);
         break;
     }
     case SMDDP_OP_REDUCE_SCATTER:

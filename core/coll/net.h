@@ -32,6 +32,19 @@ typedef struct smddp__chain {
 } smddp__chain_t;
 
 smddp__chain_t smddp__chain_ops(const smddp__op_t *op);
+
+/*
+ * Scratch memory for the collectives across nodes, one buffer per slot, kept
+ * by the communicator between ops and freed with it (ops on a communicator
+ * run one at a time). A 64 MiB flat reduce-scatter used to malloc 96 MiB and
+ * give it back every call: faulting those pages in took longer than the
+ * ring. The slots are for the nesting levels: the outer op (a non-root
+ * reduce's result, an in-place all-to-all's input), the fp32 copy of
+ * fp16/bf16 data, then the ring's work and its incoming blocks. NULL when
+ * out of memory.
+ */
+enum { SMDDP_SCRATCH_OUTER, SMDDP_SCRATCH_FP32, SMDDP_SCRATCH_WORK, SMDDP_SCRATCH_TMP };
+void *smddp__net_scratch(smddp_comm_t comm, int slot, size_t bytes);
 /* Applies op's dtype with `which` (PREMUL_SUM: scale; AVG: divide by avg_div) to buf in place. */
 void smddp__net_unary(const smddp__op_t *op, smddp_op_t which, int avg_div, void *buf, size_t n);
 

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "comm.h"
+#include "reduce/half.h"
 #include "transport/ofi.h"
 #include "harness.h"
 #include "values.h"
@@ -874,6 +875,68 @@ static void test_nodes_allreduce_3x2_split(void **state)
     run_nodes_env(6, 2, allreduce_rank,
                   "SMDDP_NET_LEADER_MAX=0 SMDDP_SHM_BUFFER_SIZE=8192 SMDDP_STREAM_MIN=1");
 }
+/*
+ * The flat algorithms keep their scratch between ops (smddp__net_scratch):
+ * reduce-scatters, allreduces, reduces to a root, fp16 allreduces (converted
+ * through fp32 scratch) and all-to-alls of growing, then shrinking sizes on
+ * one communicator, each checked, so scratch sized for one op is never too
+ * small or stale for the next.
+ */
+static void scratch_reuse_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    const int64_t counts[] = {3, 70000, 1 << 20, 5, 300000, 1};
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        int64_t n = counts[k];
+        float *in = malloc((size_t)(n * size) * sizeof(float));
+        float *out = malloc((size_t)(n * size) * sizeof(float));
+        uint16_t *h = malloc((size_t)n * sizeof(uint16_t));
+        for (int64_t i = 0; i < n * size; i++) in[i] = (float)((rank + 1) * (i % 7 + 1));
+        /* Element i sums (r + 1) * (i % 7 + 1) over the ranks r: tri * (i % 7 + 1). */
+        float tri = (float)(size * (size + 1) / 2);
+        H_OK(smddp_reduce_scatter(comm, in, out, n, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL));
+        for (int64_t i = 0; i < n; i++)
+            H_CHECK(out[i] == tri * (float)((rank * n + i) % 7 + 1),
+                    "reduce_scatter n=%lld: element %lld is %g", (long long)n, (long long)i,
+                    (double)out[i]);
+        H_OK(smddp_allreduce(comm, in, out, n, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL));
+        for (int64_t i = 0; i < n; i++)
+            H_CHECK(out[i] == tri * (float)(i % 7 + 1), "allreduce n=%lld: element %lld is %g",
+                    (long long)n, (long long)i, (double)out[i]);
+        out[0] = -1;
+        H_OK(smddp_reduce(comm, in, out, n, SMDDP_FLOAT32, SMDDP_SUM, 0, NULL, NULL));
+        if (rank == 0)
+            H_CHECK(out[n - 1] == tri * (float)((n - 1) % 7 + 1), "reduce n=%lld: last is %g",
+                    (long long)n, (double)out[n - 1]);
+        for (int64_t i = 0; i < n; i++) h[i] = smddp__fp32_to_fp16((float)(rank + (i % 3)));
+        H_OK(smddp_allreduce(comm, h, h, n, SMDDP_FLOAT16, SMDDP_SUM, NULL, NULL));
+        for (int64_t i = 0; i < n; i++)
+            H_CHECK(smddp__fp16_to_fp32(h[i]) ==
+                        (float)(size * (size - 1) / 2 + size * (int)(i % 3)),
+                    "fp16 allreduce n=%lld: element %lld is %g", (long long)n, (long long)i,
+                    (double)smddp__fp16_to_fp32(h[i]));
+        /* Block q of rank r holds r * 1000 + q, and lands as block r of rank q. */
+        for (int q = 0; q < size; q++)
+            for (int64_t i = 0; i < n; i++) in[q * n + i] = (float)(rank * 1000 + q);
+        H_OK(smddp_alltoall(comm, in, out, n, SMDDP_FLOAT32, NULL, NULL));
+        for (int q = 0; q < size; q++)
+            H_CHECK(out[q * n] == (float)(q * 1000 + rank) && out[q * n + n - 1] == out[q * n],
+                    "alltoall n=%lld: block %d starts with %g", (long long)n, q,
+                    (double)out[q * n]);
+        free(in);
+        free(out);
+        free(h);
+    }
+}
+
+static void test_nodes_flat_scratch_reuse(void **state)
+{
+    (void)state;
+    run_nodes_env(3, 1, scratch_reuse_rank, "SMDDP_NET_ALGO=flat");
+    /* Auto: one rank per node, so the large reductions go hierarchical, the small flat. */
+    run_nodes(2, 1, scratch_reuse_rank);
+}
+
 static void test_nodes_allreduce_2x2_flat(void **state)
 {
     (void)state;
@@ -1443,6 +1506,7 @@ int main(void)
         cmocka_unit_test(test_nodes_allreduce_registered),
         cmocka_unit_test(test_nodes_allreduce_3x2_split),
         cmocka_unit_test(test_nodes_allreduce_2x2_flat),
+        cmocka_unit_test(test_nodes_flat_scratch_reuse),
         cmocka_unit_test(test_nodes_uneven),
         cmocka_unit_test(test_nodes_reduce_3x2_small),
         cmocka_unit_test(test_nodes_movement_3x2_small),
