@@ -591,14 +591,16 @@ static smddp_status_t flat_execute(smddp_comm_t comm, smddp__op_t *op)
 }
 
 /*
- * With one rank per node, reductions from this many bytes (the input) run
+ * With one rank per node, reductions with at least this much input run
  * hierarchical: its ring goes in rounds, so each round's reduction overlaps
  * the next round's transfer, where the flat ring moves whole blocks and then
- * reduces them. 2 nodes x 1 rank over veth, 64 MiB: allreduce 56-73 ms
- * against 66-100 ms flat, reduce-scatter 28-32 against 34-46; at 1 MiB the
- * flat ring was 20% faster (bench/netns_bench.sh BUILD 2 1).
+ * reduces them. smddp_bench on 2 nodes x 1 rank over veth, 3 runs each, flat
+ * against hierarchical: allreduce 4 MiB 4.3-5.1 ms against 6.2-7.4, 16 MiB
+ * even, 64 MiB 93-118 against 86; reduce_scatter (whole input) 4 MiB even,
+ * 16 MiB 10-19 against 10, 64 MiB 49-77 against 40-44.
  */
-#define ONE_PER_NODE_HIER_MIN (4u << 20)
+#define ONE_PER_NODE_ALLREDUCE_HIER_MIN (16u << 20)
+#define ONE_PER_NODE_REDUCE_SCATTER_HIER_MIN (4u << 20)
 
 /* Whether the hierarchical algorithms run op (see SMDDP_NET_ALGO). */
 static bool use_hier(smddp_comm_t comm, const smddp__op_t *op)
@@ -608,10 +610,10 @@ static bool use_hier(smddp_comm_t comm, const smddp__op_t *op)
     if (algo == 2 || comm->local_size > 1) return true;
     /* One rank per node: otherwise the same ring as flat, plus copies. */
     size_t in = op->count * smddp_dtype_size(op->dtype);
-    if (op->kind == SMDDP_OP_REDUCE_SCATTER) in *= (size_t)comm->size;
-    return (op->kind == SMDDP_OP_ALLREDUCE || op->kind == SMDDP_OP_REDUCE ||
-            op->kind == SMDDP_OP_REDUCE_SCATTER) &&
-           in >= ONE_PER_NODE_HIER_MIN;
+    if (op->kind == SMDDP_OP_REDUCE_SCATTER)
+        return in * (size_t)comm->size >= ONE_PER_NODE_REDUCE_SCATTER_HIER_MIN;
+    return (op->kind == SMDDP_OP_ALLREDUCE || op->kind == SMDDP_OP_REDUCE) &&
+           in >= ONE_PER_NODE_ALLREDUCE_HIER_MIN;
 }
 
 static smddp_status_t net_execute(smddp_comm_t comm, smddp__op_t *op)
