@@ -116,9 +116,9 @@ static const param_row_t rows[] = {
     {"SMDDP_NET_ALGO", P_ENUM, "auto",
      "collectives across nodes: hier (shared memory inside each node, the network between "
      "nodes; needs the same number of ranks on every node), flat (every rank on the network), "
-     "or auto (hier where nodes are alike and hold several ranks each; with one rank per "
-     "node, hier for allreduce and reduce from 16 MiB and reduce_scatter from 4 MiB of "
-     "input)", OFF(net_algo), 0, "auto|flat|hier"},
+     "or auto (hier where nodes are alike and hold several ranks each; with one rank on each "
+     "of two nodes, hier for allreduce and reduce from 16 MiB and reduce_scatter from 4 MiB "
+     "of input)", OFF(net_algo), 0, "auto|flat|hier"},
     {"SMDDP_NET_LEADER_MAX", P_SIZE, "65536",
      "hierarchical allreduce up to this many bytes sends through one rank per node; above it "
      "every local rank carries a share", OFF(net_leader_max), 0, NULL},

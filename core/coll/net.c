@@ -187,6 +187,25 @@ smddp_status_t smddp__ring_allgather(smddp_comm_t comm, const smddp__op_t *op,
     return SMDDP_OK;
 }
 
+/*
+ * Scratch above this many bytes in all is given back after the op, so one
+ * huge collective does not pin its size (four times it, for fp16 through
+ * fp32) for the communicator's life.
+ */
+#define SCRATCH_KEEP_MAX ((size_t)256 << 20)
+
+static void scratch_trim(smddp_comm_t comm)
+{
+    size_t total = 0;
+    for (int i = 0; i < SMDDP_NET_SCRATCH_SLOTS; i++) total += comm->scratch_len[i];
+    if (total <= SCRATCH_KEEP_MAX) return;
+    for (int i = 0; i < SMDDP_NET_SCRATCH_SLOTS; i++) {
+        free(comm->scratch[i]);
+        comm->scratch[i] = NULL;
+        comm->scratch_len[i] = 0;
+    }
+}
+
 void *smddp__net_scratch(smddp_comm_t comm, int slot, size_t bytes)
 {
     if (bytes == 0) bytes = 1;
@@ -591,13 +610,17 @@ static smddp_status_t flat_execute(smddp_comm_t comm, smddp__op_t *op)
 }
 
 /*
- * With one rank per node, reductions with at least this much input run
- * hierarchical: its ring goes in rounds, so each round's reduction overlaps
- * the next round's transfer, where the flat ring moves whole blocks and then
- * reduces them. smddp_bench on 2 nodes x 1 rank over veth, 3 runs each, flat
- * against hierarchical: allreduce 4 MiB 4.3-5.1 ms against 6.2-7.4, 16 MiB
- * even, 64 MiB 93-118 against 86; reduce_scatter (whole input) 4 MiB even,
- * 16 MiB 10-19 against 10, 64 MiB 49-77 against 40-44.
+ * With one rank per node on two nodes, reductions with at least this much
+ * input run hierarchical: its allreduce goes in rounds, each round's
+ * reduction overlapping the next one's transfer, where the flat ring moves
+ * whole blocks and then reduces them; its reduce_scatter reduces from the
+ * input round by round, where the flat one first copies the whole input.
+ * smddp_bench on 2 nodes x 1 rank over veth, 3 runs each, flat against
+ * hierarchical: allreduce 4 MiB 4.3-5.1 ms against 6.2-7.4, 16 MiB even,
+ * 64 MiB 93-118 against 86; reduce_scatter (whole input) 4 MiB even, 16 MiB
+ * 10-19 against 10, 64 MiB 49-77 against 40-44. Only two nodes were
+ * measured: with more, a hierarchical round (one staging half) is split
+ * into a block per node, so its messages shrink as nodes are added.
  */
 #define ONE_PER_NODE_ALLREDUCE_HIER_MIN (16u << 20)
 #define ONE_PER_NODE_REDUCE_SCATTER_HIER_MIN (4u << 20)
@@ -609,6 +632,7 @@ static bool use_hier(smddp_comm_t comm, const smddp__op_t *op)
     if (algo == 1 || !comm->node_ranks) return false;
     if (algo == 2 || comm->local_size > 1) return true;
     /* One rank per node: otherwise the same ring as flat, plus copies. */
+    if (comm->node_count != 2) return false;
     size_t in = op->count * smddp_dtype_size(op->dtype);
     if (op->kind == SMDDP_OP_REDUCE_SCATTER)
         return in * (size_t)comm->size >= ONE_PER_NODE_REDUCE_SCATTER_HIER_MIN;
@@ -699,5 +723,6 @@ smddp_status_t smddp__net_execute(smddp_comm_t comm, smddp__op_t *op)
     smddp__ofi_op_begin(comm, op);
     smddp_status_t st = net_execute(comm, op);
     smddp__ofi_op_end(comm);
+    scratch_trim(comm); /* after op_end: no registration of it is held any more */
     return st;
 }

@@ -40,8 +40,9 @@ smddp__chain_t smddp__chain_ops(const smddp__op_t *op);
  * give it back every call: faulting those pages in took longer than the
  * ring. The slots are for the nesting levels: the outer op (a non-root
  * reduce's result, an in-place all-to-all's input), the fp32 copy of
- * fp16/bf16 data, then the ring's work and its incoming blocks. NULL when
- * out of memory.
+ * fp16/bf16 data, then the ring's work and its incoming blocks. More than
+ * 256 MiB in all is given back at the end of the op. NULL when out of
+ * memory.
  */
 enum { SMDDP_SCRATCH_OUTER, SMDDP_SCRATCH_FP32, SMDDP_SCRATCH_WORK, SMDDP_SCRATCH_TMP };
 void *smddp__net_scratch(smddp_comm_t comm, int slot, size_t bytes);

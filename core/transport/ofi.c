@@ -85,6 +85,14 @@ static int get_info(const char *provider, struct fi_info **out)
     return get_info_caps(provider, 0, out);
 }
 
+bool smddp__ofi_offers(const char *provider)
+{
+    struct fi_info *info = NULL;
+    bool yes = get_info(provider, &info) == 0 && info;
+    if (info) fi_freeinfo(info);
+    return yes;
+}
+
 /* Whether provider also offers FI_HMEM (device memory in transfers), for the GPU path. */
 static bool offers_hmem(const char *provider)
 {
@@ -661,6 +669,11 @@ void smddp__ofi_mr_stats(smddp_comm_t comm, uint64_t *hits, uint64_t *misses, bo
 }
 
 bool smddp__ofi_built(void) { return false; }
+bool smddp__ofi_offers(const char *provider)
+{
+    (void)provider;
+    return false;
+}
 bool smddp__ofi_hmem(smddp_comm_t comm)
 {
     (void)comm;

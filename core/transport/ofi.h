@@ -15,6 +15,8 @@
 
 /* True when the library was built with libfabric. */
 bool smddp__ofi_built(void);
+/* Whether libfabric offers provider here (reliable datagrams, tagged messages). */
+bool smddp__ofi_offers(const char *provider);
 
 /*
  * Collective over every rank of comm, through its store: opens two endpoints

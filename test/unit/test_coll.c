@@ -885,7 +885,7 @@ static void test_nodes_allreduce_3x2_split(void **state)
 static void scratch_reuse_rank(smddp_comm_t comm, int rank, int size, void *arg)
 {
     (void)arg;
-    const int64_t counts[] = {3, 70000, 1 << 20, 5, 300000, 1};
+    const int64_t counts[] = {3, 70000, 1 << 20, 1 << 22, 5, 300000, 1};
     for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
         int64_t n = counts[k];
         float *in = malloc((size_t)(n * size) * sizeof(float));
@@ -905,9 +905,9 @@ static void scratch_reuse_rank(smddp_comm_t comm, int rank, int size, void *arg)
                     (long long)n, (long long)i, (double)out[i]);
         out[0] = -1;
         H_OK(smddp_reduce(comm, in, out, n, SMDDP_FLOAT32, SMDDP_SUM, 0, NULL, NULL));
-        if (rank == 0)
-            H_CHECK(out[n - 1] == tri * (float)((n - 1) % 7 + 1), "reduce n=%lld: last is %g",
-                    (long long)n, (double)out[n - 1]);
+        for (int64_t i = 0; rank == 0 && i < n; i++)
+            H_CHECK(out[i] == tri * (float)(i % 7 + 1), "reduce n=%lld: element %lld is %g",
+                    (long long)n, (long long)i, (double)out[i]);
         for (int64_t i = 0; i < n; i++) h[i] = smddp__fp32_to_fp16((float)(rank + (i % 3)));
         H_OK(smddp_allreduce(comm, h, h, n, SMDDP_FLOAT16, SMDDP_SUM, NULL, NULL));
         for (int64_t i = 0; i < n; i++)
@@ -933,7 +933,11 @@ static void test_nodes_flat_scratch_reuse(void **state)
 {
     (void)state;
     run_nodes_env(3, 1, scratch_reuse_rank, "SMDDP_NET_ALGO=flat");
-    /* Auto: one rank per node, so the large reductions go hierarchical, the small flat. */
+    /*
+     * Auto, one rank per node on two nodes: reduce_scatter from 4 MiB of
+     * input and allreduce/reduce from 16 MiB (n = 1 << 22) go hierarchical,
+     * the rest flat.
+     */
     run_nodes(2, 1, scratch_reuse_rank);
 }
 
