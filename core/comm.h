@@ -11,8 +11,14 @@
 #include "common.h"
 #include "reduce/reduce.h"
 
-/* Scratch buffers a collective across nodes may hold at once (see net.h). */
-#define SMDDP_NET_SCRATCH_SLOTS 4
+/* The scratch buffers a collective across nodes may hold at once (smddp__net_scratch). */
+enum {
+    SMDDP_SCRATCH_OUTER,
+    SMDDP_SCRATCH_FP32,
+    SMDDP_SCRATCH_WORK,
+    SMDDP_SCRATCH_TMP,
+    SMDDP_NET_SCRATCH_SLOTS
+};
 
 typedef enum smddp__op_kind {
     SMDDP_OP_ALLREDUCE,

@@ -76,6 +76,7 @@ const char *smddp__status_string(smddp_status_t status);
 int64_t smddp__now_ns(void);
 
 #define SMDDP_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SMDDP_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* A spin-wait hint to the CPU (x86 pause, Arm yield). */
 static inline void smddp__cpu_relax(void)
@@ -86,6 +87,5 @@ static inline void smddp__cpu_relax(void)
     __asm__ __volatile__("yield");
 #endif
 }
-#define SMDDP_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 #endif /* SMDDP_CORE_COMMON_H */

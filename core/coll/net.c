@@ -615,12 +615,14 @@ static smddp_status_t flat_execute(smddp_comm_t comm, smddp__op_t *op)
  * reduction overlapping the next one's transfer, where the flat ring moves
  * whole blocks and then reduces them; its reduce_scatter reduces from the
  * input round by round, where the flat one first copies the whole input.
- * smddp_bench on 2 nodes x 1 rank over veth, 3 runs each, flat against
- * hierarchical: allreduce 4 MiB 4.3-5.1 ms against 6.2-7.4, 16 MiB even,
- * 64 MiB 93-118 against 86; reduce_scatter (whole input) 4 MiB even, 16 MiB
- * 10-19 against 10, 64 MiB 49-77 against 40-44. Only two nodes were
- * measured: with more, a hierarchical round (one staging half) is split
- * into a block per node, so its messages shrink as nodes are added.
+ * smddp_bench -b 4M -e 64M -f 4 on 2 nodes x 1 rank over veth (ranks started
+ * as test/netns/lib.sh's start_ranks does, SMDDP_NET_ALGO=flat or hier), 3
+ * runs each, flat against hierarchical: allreduce 4 MiB 4.3-5.1 ms against
+ * 6.2-7.4, 16 MiB even, 64 MiB 93-118 against 86; reduce_scatter (whole
+ * input) 4 MiB even, 16 MiB 10-19 against 10, 64 MiB 49-77 against 40-44.
+ * Only two nodes were measured: with more, a hierarchical round (one staging
+ * half) is split into a block per node, so its messages shrink as nodes are
+ * added.
  */
 #define ONE_PER_NODE_ALLREDUCE_HIER_MIN (16u << 20)
 #define ONE_PER_NODE_REDUCE_SCATTER_HIER_MIN (4u << 20)

@@ -44,7 +44,6 @@ smddp__chain_t smddp__chain_ops(const smddp__op_t *op);
  * 256 MiB in all is given back at the end of the op. NULL when out of
  * memory.
  */
-enum { SMDDP_SCRATCH_OUTER, SMDDP_SCRATCH_FP32, SMDDP_SCRATCH_WORK, SMDDP_SCRATCH_TMP };
 void *smddp__net_scratch(smddp_comm_t comm, int slot, size_t bytes);
 /* Applies op's dtype with `which` (PREMUL_SUM: scale; AVG: divide by avg_div) to buf in place. */
 void smddp__net_unary(const smddp__op_t *op, smddp_op_t which, int avg_div, void *buf, size_t n);

@@ -85,22 +85,19 @@ static int get_info(const char *provider, struct fi_info **out)
     return get_info_caps(provider, 0, out);
 }
 
-bool smddp__ofi_offers(const char *provider)
+/* Whether provider offers what get_info_caps asks for, plus extra. */
+static bool offers_caps(const char *provider, uint64_t extra)
 {
     struct fi_info *info = NULL;
-    bool yes = get_info(provider, &info) == 0 && info;
+    bool yes = get_info_caps(provider, extra, &info) == 0 && info;
     if (info) fi_freeinfo(info);
     return yes;
 }
 
+bool smddp__ofi_offers(const char *provider) { return offers_caps(provider, 0); }
+
 /* Whether provider also offers FI_HMEM (device memory in transfers), for the GPU path. */
-static bool offers_hmem(const char *provider)
-{
-    struct fi_info *info = NULL;
-    bool yes = get_info_caps(provider, FI_HMEM, &info) == 0 && info;
-    if (info) fi_freeinfo(info);
-    return yes;
-}
+static bool offers_hmem(const char *provider) { return offers_caps(provider, FI_HMEM); }
 
 static smddp_status_t choose_provider(struct fi_info **out)
 {
@@ -224,8 +221,8 @@ static smddp_status_t exchange_addresses(smddp_comm_t comm, smddp__ofi_t *o, con
         if (vlen == 0 || vlen - tlen - 1 == 0 || vlen - tlen - 1 > ADDR_MAX) {
             free(v);
             return smddp__error(SMDDP_ERR_STORE, "rank %d published a %zu-byte %s address "
-                                "(store key %s); expected 1-%d bytes", r, vlen ? vlen - tlen - 1 : 0,
-                                o->provider, key, ADDR_MAX);
+                                "(store key %s); expected 1-%d bytes", r,
+                                vlen ? vlen - tlen - 1 : 0, o->provider, key, ADDR_MAX);
         }
         rc = fi_av_insert(o->av, theirs + tlen + 1, 1, &o->addrs[r], 0, NULL);
         free(v);
