@@ -9,6 +9,7 @@ NS_TAG=s$$                           # prefix of every name this run creates
 NS_BR=${NS_TAG}br
 NODES_UP=0
 NS_ENV=()                            # extra NAME=value for every rank
+NS_CPUS=${NS_CPUS:-shared}           # shared | split: see node_cpus
 RANK_PIDS=()
 WIRE_PID=""                          # make_wired_pair's relay
 
@@ -90,19 +91,44 @@ ns_env() {
         SMDDP_HOSTNAME=host$node FI_TCP_IFACE=eth0 GLOO_SOCKET_IFNAME=eth0
 }
 
+# node_cpus NODE NODES: the CPUs node NODE's ranks may run on, as a taskset
+# list. NS_CPUS=shared (the default): every CPU this shell may use. split:
+# the NODE-th of NODES equal slices of them (node i % CPUs when nodes
+# outnumber CPUs), so that "hosts" have cores of their own, as real ones do,
+# and one host's TCP and copies do not run on another host's cores.
+node_cpus() {
+    local node=$1 nodes=$2 cpus
+    read -r -a cpus <<<"$(taskset -pc $$ | sed 's/.*: //' | tr ',' ' ')"
+    local all=()
+    for c in "${cpus[@]}"; do
+        if [[ $c == *-* ]]; then all+=($(seq "${c%-*}" "${c#*-}")); else all+=("$c"); fi
+    done
+    local n=${#all[@]}
+    if [ "$NS_CPUS" != split ]; then
+        local IFS=,
+        echo "${all[*]}"
+    elif [ "$nodes" -gt "$n" ]; then
+        echo "${all[$((node % n))]}"
+    else
+        local lo=$((node * n / nodes)) hi=$(((node + 1) * n / nodes)) IFS=,
+        echo "${all[*]:$lo:$((hi - lo))}"
+    fi
+}
+
 # start_ranks NODES PER LIMIT LOGPREFIX CMD...: starts NODES x PER ranks
-# (rank = node * PER + local) under `timeout -s KILL LIMIT`, output to
-# LOGPREFIX.rank<r>; their pids go to RANK_PIDS.
+# (rank = node * PER + local) on node_cpus under `timeout -s KILL LIMIT`,
+# output to LOGPREFIX.rank<r>; their pids go to RANK_PIDS.
 start_ranks() {
     local nodes=$1 per=$2 limit=$3 log=$4
     shift 4
     local world=$((nodes * per)) port=$((20000 + RANDOM % 20000))
     RANK_PIDS=()
     for ((r = 0; r < world; r++)); do
-        local node=$((r / per))
+        local node=$((r / per)) on=()
+        [ "$NS_CPUS" = split ] && on=(taskset -c "$(node_cpus "$node" "$nodes")")
         # shellcheck disable=SC2046
         ip netns exec "$(ns_name "$node")" env $(ns_env "$r" "$world" "$per" "$node" "$port") \
-            SMDDP_TIMEOUT="${SMDDP_TIMEOUT:-60}" "${NS_ENV[@]}" \
+            SMDDP_TIMEOUT="${SMDDP_TIMEOUT:-60}" "${NS_ENV[@]}" "${on[@]}" \
             timeout -s KILL "$limit" "$@" >"$log.rank$r" 2>&1 &
         RANK_PIDS+=($!)
     done
