@@ -11,10 +11,11 @@
  * length) and the payload.
  *
  * A peer on another node is reached through the communicator's send/recv
- * endpoint (comm->ofi_p2p), which only this thread drives: each op is posted
- * as soon as it arrives, tagged (per-peer message number, user tag); a
- * receive matches the next message number whatever its tag and then checks
- * tag and size, so messages between two ranks match in order, as inside a node.
+ * endpoint (comm->ofi_p2p), which only this thread drives (p2p_net.c): each
+ * op is posted as soon as it arrives, tagged (per-peer message number, user
+ * tag); a receive matches the next message number whatever its tag and then
+ * checks tag and size, so messages between two ranks match in order, as
+ * inside a node.
  *
  * A receive from any rank waits in its own FIFO until some rank's next
  * message is there for it: a pair ring with bytes in it, or a message that
@@ -35,226 +36,10 @@
 #include "../transport/ofi.h"
 #include "../transport/shm.h"
 #include "../cuda/stage.h"
-#include "coll.h"
+#include "p2p.h"
 
 #define P2P_MAGIC 0x50325031u
 #define CHECK_EVERY_NS (50 * 1000 * 1000LL)
-
-typedef struct p2p_header {
-    uint32_t magic;
-    int32_t tag;
-    uint64_t bytes;
-} p2p_header_t;
-
-/* Progress of one message: header bytes first, then payload bytes. */
-typedef struct p2p_state {
-    p2p_header_t hdr;
-    size_t hdr_done;
-    size_t payload_done;
-    bool mismatch;
-} p2p_state_t;
-
-/* An op posted to the network; a failed receive stays here, cancelled, until libfabric lets go. */
-typedef struct remote {
-    smddp__ofi_xfer_t x;
-    smddp__op_t *op; /* NULL once the op has been completed */
-    int queue;       /* index of its (peer, direction) queue */
-    struct remote *next;
-} remote_t;
-
-/* The (peer, direction) queue of an op for another node: 2 * peer (+1 for receives). */
-static int queue_of(const smddp__op_t *op) { return 2 * op->root + (op->kind == SMDDP_OP_RECV); }
-
-struct smddp__p2p {
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    bool stopping;
-    smddp__op_t *incoming, *incoming_tail; /* submitted, not yet sorted */
-    smddp__op_t **sendq, **recvq;          /* per local rank: FIFO heads */
-    /*
-     * Per local rank: receives from it sorted into recvq so far, directed or
-     * bound from any rank. Equal to comm->p2p_recv_seq[rank] unless a directed
-     * receive was issued and is still in `incoming`: its number comes first.
-     */
-    uint64_t *recvs_sorted;
-    p2p_state_t *sends, *recvs;            /* state of each FIFO head */
-    remote_t *remote;                      /* posted to peers on other nodes */
-    remote_t *given_up;                    /* left posted by a failure: freed at teardown */
-    /*
-     * Per (peer, direction): ops beyond SMDDP_OFI_MAX_INFLIGHT wait in order,
-     * and how many are on the network. Messages of a pair match in order, so
-     * the oldest are always the ones posted, and one pair never holds up another.
-     */
-    smddp__op_t **waiting, **waiting_tail;
-    int *posted;
-    bool stalled; /* some queue's head was not taken by the endpoint yet: try again */
-    int active;
-    smddp__op_t *anyq;  /* receives from any rank, not yet matched */
-    int any_next;       /* the rank the next search for a sender starts at */
-    struct peek *peeks; /* per comm rank, for receives from any rank */
-};
-
-/* A peek for the next message from one rank on another node. */
-typedef struct peek {
-    smddp__ofi_xfer_t x;
-    uint64_t seq; /* the message number looked for */
-    bool busy;    /* posted, not yet done */
-} peek_t;
-
-static void complete_remote(smddp_comm_t comm, remote_t *r, smddp_status_t st)
-{
-    smddp__op_t *op = r->op;
-    r->op = NULL;
-    comm->p2p->active--;
-    smddp__op_complete(op, st);
-    smddp__request_unref(op);
-}
-
-/*
- * Posts op to its peer on another node. False, leaving op alone, when the
- * endpoint cannot take it yet (full, or rxm still connecting to that peer):
- * it is tried again on a later pass, and check_health ends the wait at its
- * deadline. This thread never blocks on one peer. Failures complete op.
- */
-static bool post_remote(smddp_comm_t comm, smddp__op_t *op)
-{
-    smddp__p2p_t *p = comm->p2p;
-    remote_t *r = calloc(1, sizeof(*r));
-    smddp_status_t st;
-    if (!r) {
-        st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate a send/recv");
-        smddp__op_complete(op, st);
-        smddp__request_unref(op);
-        return true;
-    }
-    size_t bytes = op->count * smddp_dtype_size(op->dtype);
-    uint64_t tag = op->seq << 32 | (uint32_t)op->tag;
-    st = op->kind == SMDDP_OP_SEND
-             ? smddp__ofi_try_post_on(comm->ofi_p2p, &r->x, 1, op->root, tag, 0,
-                                      (void *)op->sendbuf, bytes)
-             : smddp__ofi_try_post_on(comm->ofi_p2p, &r->x, 0, op->root, op->seq << 32,
-                                      0xffffffffu, op->recvbuf, bytes);
-    if (st == SMDDP_IN_PROGRESS) {
-        free(r);
-        return false;
-    }
-    r->op = op;
-    r->queue = queue_of(op);
-    p->active++;
-    if (st < 0) {
-        complete_remote(comm, r, st);
-        free(r);
-        return true;
-    }
-    r->next = p->remote;
-    p->remote = r;
-    p->posted[r->queue]++;
-    return true;
-}
-
-/* Posts queue q's waiting ops, in order, while it has room on the network. */
-static void post_waiting(smddp_comm_t comm, int q)
-{
-    smddp__p2p_t *p = comm->p2p;
-    int cap = smddp__params()->ofi_max_inflight;
-    while (p->waiting[q] && (cap <= 0 || p->posted[q] < cap)) {
-        smddp__op_t *op = p->waiting[q], *next = op->next;
-        p->active--; /* post_remote counts it again */
-        if (!post_remote(comm, op)) {
-            p->active++;
-            p->stalled = true;
-            return;
-        }
-        p->waiting[q] = next;
-        if (!p->waiting[q]) p->waiting_tail[q] = NULL;
-    }
-}
-
-/* Queues op for its peer on another node, then posts what fits. */
-static void queue_remote(smddp_comm_t comm, smddp__op_t *op)
-{
-    smddp__p2p_t *p = comm->p2p;
-    int q = queue_of(op);
-    op->next = NULL;
-    if (p->waiting_tail[q]) p->waiting_tail[q]->next = op;
-    else p->waiting[q] = op;
-    p->waiting_tail[q] = op;
-    p->active++;
-    post_waiting(comm, q);
-}
-
-static void free_remotes(remote_t **list)
-{
-    while (*list) {
-        remote_t *r = *list;
-        *list = r->next;
-        free(r);
-    }
-}
-
-static void abort_all(smddp_comm_t comm, smddp_status_t st);
-
-/* Completes what the network finished; true if anything did. */
-static bool progress_remote(smddp_comm_t comm)
-{
-    smddp__p2p_t *p = comm->p2p;
-    bool any = false;
-    smddp_status_t st = smddp__ofi_progress(comm->ofi_p2p);
-    if (st < 0) {
-        /*
-         * The completion queue failed: nothing posted can be trusted to finish,
-         * and send/recv across nodes cannot go on. The communicator fails;
-         * fail_all gives the endpoint up before it hands any buffer back.
-         */
-        abort_all(comm, st);
-        return true;
-    }
-    for (remote_t **link = &p->remote; *link;) {
-        remote_t *r = *link;
-        if (!r->x.done) {
-            link = &r->next;
-            continue;
-        }
-        if (r->op) {
-            smddp__op_t *op = r->op;
-            char desc[256];
-            smddp__op_describe(op, desc, sizeof(desc));
-            size_t want = op->count * smddp_dtype_size(op->dtype);
-            smddp_status_t result = SMDDP_OK;
-            if (r->x.status < 0)
-                result = smddp__error_quiet(r->x.status, "%s failed: %s", desc, r->x.err);
-            else if (!r->x.is_send && ((uint32_t)r->x.tag != (uint32_t)op->tag ||
-                                       r->x.received != want))
-                result = smddp__error_quiet(
-                    SMDDP_ERR_MISMATCH,
-                    "%s: the next message from rank %d has tag %d and %zu bytes, but this recv "
-                    "expects tag %d and %zu bytes (messages between two ranks are matched in "
-                    "order); the message was discarded",
-                    desc, op->root, (int)(uint32_t)r->x.tag, r->x.received, op->tag, want);
-            /*
-             * A message cut off at the receive buffer leaves the provider unable to match
-             * what follows from that peer (tcp;ofi_rxm), so nothing from it can be trusted
-             * any more: abort rather than let later receives wait for their deadline.
-             */
-            if (r->x.status == SMDDP_ERR_MISMATCH) {
-                char msg[SMDDP_ERRMSG_MAX];
-                snprintf(msg, sizeof(msg), "%s; later messages between these two ranks cannot "
-                         "be matched, so the communicator is aborted", smddp__last_error());
-                smddp__comm_fail(comm, SMDDP_ERR_MISMATCH, msg);
-                result = smddp__error_quiet(SMDDP_ERR_MISMATCH, "%s", msg);
-            }
-            complete_remote(comm, r, result);
-        }
-        *link = r->next;
-        int q = r->queue;
-        free(r);
-        p->posted[q]--;
-        post_waiting(comm, q);
-        any = true;
-    }
-    return any;
-}
 
 static void fifo_push(smddp__op_t **head, smddp__op_t *op)
 {
@@ -360,7 +145,7 @@ static bool progress_recv(smddp_comm_t comm, int lr)
  * with the message number claimed under comm->lock (a directed receive
  * submitted meanwhile takes the next one).
  */
-static void bind_any(smddp_comm_t comm, int src, uint64_t seq)
+void smddp__p2p_bind_any(smddp_comm_t comm, int src, uint64_t seq)
 {
     smddp__p2p_t *p = comm->p2p;
     smddp__op_t *op = p->anyq;
@@ -371,41 +156,9 @@ static void bind_any(smddp_comm_t comm, int src, uint64_t seq)
     if (lr >= 0) {
         fifo_push(&p->recvq[lr], op);
     } else {
-        p->active--; /* queue_remote counts it again */
-        queue_remote(comm, op);
+        p->active--; /* smddp__p2p_net_queue counts it again */
+        smddp__p2p_net_queue(comm, op);
     }
-}
-
-/*
- * Whether rank q (on another node) has a message for the oldest receive from
- * any rank, peeking for it if need be; if so binds the receive to it, with
- * comm->lock held so that no directed receive takes the message number.
- */
-static bool match_remote(smddp_comm_t comm, int q, smddp_status_t *err)
-{
-    smddp__p2p_t *p = comm->p2p;
-    peek_t *pk = &p->peeks[q];
-    int rq = 2 * q + 1; /* q's receive queue */
-    if (p->waiting[rq] || p->posted[rq]) return false; /* q's next message is taken */
-    if (!pk->busy) {
-        pthread_mutex_lock(&comm->lock);
-        pk->seq = comm->p2p_recv_seq[q];
-        pthread_mutex_unlock(&comm->lock);
-        smddp_status_t st =
-            smddp__ofi_peek_on(comm->ofi_p2p, &pk->x, q, pk->seq << 32, 0xffffffffu);
-        if (st < 0) *err = st;
-        pk->busy = st == SMDDP_OK; /* SMDDP_IN_PROGRESS: the endpoint was full, next pass */
-        return false;
-    }
-    if (!pk->x.done) return false;
-    pk->busy = false;
-    if (pk->x.nomsg || pk->x.status < 0) return false;
-    pthread_mutex_lock(&comm->lock);
-    bool claimed = comm->p2p_recv_seq[q] == pk->seq;
-    if (claimed) comm->p2p_recv_seq[q]++;
-    pthread_mutex_unlock(&comm->lock);
-    if (claimed) bind_any(comm, q, pk->seq); /* posts: never under comm->lock */
-    return claimed;
 }
 
 /* Binds receives from any rank to ranks whose next message has come; true if any was. */
@@ -440,11 +193,11 @@ static bool progress_any(smddp_comm_t comm, smddp_status_t *err)
                     pthread_mutex_unlock(&comm->lock);
                     if (free_to_take) {
                         p->recvs_sorted[lr]++;
-                        bind_any(comm, q, seq);
+                        smddp__p2p_bind_any(comm, q, seq);
                         src = q;
                     }
                 }
-            } else if (p->peeks && match_remote(comm, q, err)) {
+            } else if (p->peeks && smddp__p2p_net_match(comm, q, err)) {
                 src = q;
             }
             if (*err < 0) return any;
@@ -480,60 +233,7 @@ static void fail_all(smddp_comm_t comm, smddp_status_t st)
         smddp__op_complete(op, st);
         smddp__request_unref(op);
     }
-    for (int q = 0; q < 2 * comm->size; q++) {
-        while (p->waiting[q]) {
-            smddp__op_t *op = p->waiting[q];
-            p->waiting[q] = op->next;
-            p->active--;
-            smddp__error_quiet(st, "%s", msg);
-            smddp__op_complete(op, st);
-            smddp__request_unref(op);
-        }
-        p->waiting_tail[q] = NULL;
-    }
-    /*
-     * Nothing may land in a buffer its owner gets back now. A cancel is
-     * asynchronous, and a NIC (efa, verbs) may still be writing a matched
-     * receive, so the endpoint is given up: closed on such providers, never
-     * progressed again on software ones, which move data only then. The
-     * communicator is failing anyway. The transfers stay allocated until
-     * teardown, off the list that is progressed.
-     */
-    while (p->remote) {
-        remote_t *r = p->remote;
-        p->remote = r->next;
-        smddp__ofi_abandon(comm->ofi_p2p, &r->x);
-        smddp__error_quiet(st, "%s", msg);
-        complete_remote(comm, r, st);
-        r->next = p->given_up;
-        p->given_up = r;
-    }
-}
-
-/*
- * Abort and deadline checks of an op for a rank on another node, posted to
- * the network or still waiting for the endpoint to take it.
- */
-static smddp_status_t check_remote(smddp_comm_t comm, const smddp__op_t *op, int64_t now,
-                                   bool posted)
-{
-    bool aborted = smddp__comm_poll_remote_abort(comm, now, op->root) || atomic_load(&comm->aborted);
-    if (!aborted && now < op->deadline_ns) return SMDDP_OK;
-    char desc[256];
-    smddp__op_describe(op, desc, sizeof(desc));
-    if (aborted)
-        return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s", desc,
-                                  comm->abort_msg);
-    double secs = (double)comm->timeout_ms / 1000.0;
-    if (!posted)
-        return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
-                                  "%s timed out after %.3f s: the network did not take it (no "
-                                  "connection to rank %d: has it joined, is it alive?)",
-                                  desc, secs, op->root);
-    return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
-                              "%s timed out after %.3f s: rank %d (on another node) did not %s",
-                              desc, secs, op->root,
-                              op->kind == SMDDP_OP_RECV ? "send it" : "receive it");
+    smddp__p2p_net_fail(comm, st, msg);
 }
 
 /* Deadline, abort and dead-peer checks for every FIFO head. */
@@ -583,14 +283,10 @@ static smddp_status_t check_health(smddp_comm_t comm)
                                       "sent it a message", desc,
                                       (double)comm->timeout_ms / 1000.0);
     }
-    for (int q = 0; q < 2 * comm->size; q++) /* a queue's head is its oldest: it times out first */
-        if (p->waiting[q]) SMDDP_CHECK(check_remote(comm, p->waiting[q], now, false));
-    for (remote_t *r = p->remote; r; r = r->next) SMDDP_CHECK(check_remote(comm, r->op, now, true));
-    return SMDDP_OK;
+    return smddp__p2p_net_check(comm, now);
 }
 
-/* Aborts the communicator with the current error and fails every queued op. */
-static void abort_all(smddp_comm_t comm, smddp_status_t st)
+void smddp__p2p_abort_all(smddp_comm_t comm, smddp_status_t st)
 {
     SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
     smddp__comm_fail(comm, st, smddp__last_error()); /* other nodes learn of it through the store */
@@ -662,7 +358,7 @@ static void *p2p_main(void *arg)
             }
             int lr = smddp__local_index(comm, op->root);
             if (lr < 0) {
-                queue_remote(comm, op);
+                smddp__p2p_net_queue(comm, op);
                 continue;
             }
             fifo_push(op->kind == SMDDP_OP_SEND ? &p->sendq[lr] : &p->recvq[lr], op);
@@ -700,18 +396,14 @@ static void *p2p_main(void *arg)
         }
         smddp_status_t any_err = SMDDP_OK;
         if (p->anyq) moved |= progress_any(comm, &any_err);
-        if (p->remote) moved |= progress_remote(comm);
-        if (p->stalled) {
-            p->stalled = false;
-            for (int q = 0; q < 2 * comm->size; q++)
-                if (p->waiting[q]) post_waiting(comm, q);
-        }
-        if (any_err < 0) abort_all(comm, any_err);
+        if (p->remote) moved |= smddp__p2p_net_progress(comm);
+        if (p->stalled) smddp__p2p_net_retry(comm);
+        if (any_err < 0) smddp__p2p_abort_all(comm, any_err);
         int64_t now = smddp__now_ns();
         if (now - last_check > CHECK_EVERY_NS) {
             last_check = now;
             smddp_status_t st = check_health(comm);
-            if (st < 0) abort_all(comm, st);
+            if (st < 0) smddp__p2p_abort_all(comm, st);
         }
         /* Back off while nothing moves: spin, then yield, then short sleeps. */
         if (moved) {
@@ -806,12 +498,7 @@ void smddp__p2p_stop(smddp_comm_t comm)
     pthread_cond_signal(&p->cond);
     pthread_mutex_unlock(&p->lock);
     pthread_join(p->thread, NULL);
-    /* Transfers still posted (cancelled receives, peeks) go with the endpoint. */
-    bool peeking = false;
-    for (int q = 0; p->peeks && q < comm->size; q++) peeking |= p->peeks[q].busy;
-    if (p->remote || p->given_up || peeking) smddp__ofi_teardown_p2p(comm);
-    free_remotes(&p->remote);
-    free_remotes(&p->given_up);
+    smddp__p2p_net_free(comm);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
     p2p_free(p);
