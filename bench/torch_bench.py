@@ -88,7 +88,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max", type=parse_size, default=64 << 20, help="largest size (default 64M)")
     p.add_argument("--factor", type=int, default=4, help="size step (default x4)")
     p.add_argument("--iters", type=int, default=200,
-                   help="most timed iterations per size (fewer for large sizes; default 200)")
+                   help="most timed iterations per size and backend, per round at the "
+                        "--target-time size (fewer for large sizes; default 200)")
     p.add_argument("--warmup", type=int, default=5, help="warmup iterations (default 5)")
     p.add_argument("--time", type=float, default=0.3,
                    help="target seconds of timed iterations per size and backend (default 0.3)")
@@ -343,18 +344,24 @@ def worker(rank: int, args, port: int | None, result_path: str | None) -> None:
     t_start = time.perf_counter()
     for size in sizes_for(args.min, args.max, args.factor):
         for coll in COLLECTIVES:
-            # A size a speed target judges: longer, in rounds alternating the
-            # backends, so that a few slow iterations or minutes of a busier
-            # host do not decide it.
+            # The size a bandwidth target judges: longer, in rounds that
+            # alternate the backends (and which goes first), so that a few
+            # slow iterations or minutes of a busier host do not decide it.
             judged = coll == "allreduce" and size == target_size(res["nodes"])
             rounds = TARGET_ROUNDS if judged else 1
             seconds = args.target_time / rounds if judged else args.time
             acc = {be: [0.0, 0, 0] for be in BACKENDS}
-            for _ in range(rounds):
-                for be in BACKENDS:
+            failed = set()
+            for rnd in range(rounds):
+                for be in BACKENDS if rnd % 2 == 0 else BACKENDS[::-1]:
+                    if be in failed:
+                        continue
                     sec, iters, nbytes = time_collective(torch, dist, args, coll, size, n,
                                                          groups[be], ctl, seconds)
-                    acc[be][0] += sec * iters if iters else float("nan")
+                    if not iters:                   # every rank saw the failure
+                        failed.add(be)
+                        acc[be][0] = float("nan")
+                    acc[be][0] += sec * iters
                     acc[be][1] += iters
                     acc[be][2] = nbytes
             for be in BACKENDS:

@@ -11,11 +11,11 @@
  * length) and the payload.
  *
  * A peer on another node is reached through the communicator's send/recv
- * endpoint (comm->ofi_p2p), which only this thread drives (p2p_net.c): each
- * op is posted as soon as it arrives, tagged (per-peer message number, user
- * tag); a receive matches the next message number whatever its tag and then
- * checks tag and size, so messages between two ranks match in order, as
- * inside a node.
+ * endpoint (comm->ofi_p2p), which only this thread drives (p2p_net.c; the
+ * peeks for receives from any rank below): each op is posted as soon as it
+ * arrives, tagged (per-peer message number, user tag); a receive matches the
+ * next message number whatever its tag and then checks tag and size, so
+ * messages between two ranks match in order, as inside a node.
  *
  * A receive from any rank waits in its own FIFO until some rank's next
  * message is there for it: a pair ring with bytes in it, or a message that
@@ -32,8 +32,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "../param.h"
-#include "../transport/ofi.h"
 #include "../transport/shm.h"
 #include "../cuda/stage.h"
 #include "p2p.h"

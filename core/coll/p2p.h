@@ -2,8 +2,9 @@
  * The send/recv engine's state, shared by its two halves (private to
  * core/coll): p2p.c runs the thread, the FIFOs between ranks of one node
  * and the receives from any rank; p2p_net.c the messages to and from ranks
- * on other nodes, over comm->ofi_p2p. Everything declared here runs on the
- * engine's thread.
+ * on other nodes, over comm->ofi_p2p. The functions declared here run on
+ * the engine's thread (smddp__p2p_net_free after it has stopped); submit and
+ * stop touch the state under its lock.
  */
 #ifndef SMDDP_CORE_P2P_H
 #define SMDDP_CORE_P2P_H
@@ -85,8 +86,8 @@ bool smddp__p2p_net_progress(smddp_comm_t comm);
 /* Tries again to post queues the endpoint did not take (p->stalled). */
 void smddp__p2p_net_retry(smddp_comm_t comm);
 /*
- * Whether rank q has a message for the oldest receive from any rank,
- * peeking for it if need be; if so binds the receive to it.
+ * Whether rank q (on another node) has a message for the oldest receive
+ * from any rank, peeking for it if need be; if so binds the receive to it.
  */
 bool smddp__p2p_net_match(smddp_comm_t comm, int q, smddp_status_t *err);
 /* Abort and deadline checks of every op waiting for or on the network. */

@@ -27,8 +27,9 @@ static void complete_remote(smddp_comm_t comm, remote_t *r, smddp_status_t st)
 /*
  * Posts op to its peer on another node. False, leaving op alone, when the
  * endpoint cannot take it yet (full, or rxm still connecting to that peer):
- * it is tried again on a later pass, and check_health ends the wait at its
- * deadline. This thread never blocks on one peer. Failures complete op.
+ * it is tried again on a later pass, and smddp__p2p_net_check ends the wait
+ * at its deadline. This thread never blocks on one peer. Failures complete
+ * op.
  */
 static bool post_remote(smddp_comm_t comm, smddp__op_t *op)
 {
@@ -122,7 +123,7 @@ bool smddp__p2p_net_progress(smddp_comm_t comm)
         /*
          * The completion queue failed: nothing posted can be trusted to finish,
          * and send/recv across nodes cannot go on. The communicator fails;
-         * fail_all gives the endpoint up before it hands any buffer back.
+         * smddp__p2p_net_fail gives the endpoint up before it hands any buffer back.
          */
         smddp__p2p_abort_all(comm, st);
         return true;
@@ -208,7 +209,8 @@ bool smddp__p2p_net_match(smddp_comm_t comm, int q, smddp_status_t *err)
 static smddp_status_t check_remote(smddp_comm_t comm, const smddp__op_t *op, int64_t now,
                                    bool posted)
 {
-    bool aborted = smddp__comm_poll_remote_abort(comm, now, op->root) || atomic_load(&comm->aborted);
+    bool aborted =
+        smddp__comm_poll_remote_abort(comm, now, op->root) || atomic_load(&comm->aborted);
     if (!aborted && now < op->deadline_ns) return SMDDP_OK;
     char desc[256];
     smddp__op_describe(op, desc, sizeof(desc));

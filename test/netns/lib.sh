@@ -11,6 +11,7 @@ NODES_UP=0
 NS_ENV=()                            # extra NAME=value for every rank
 NS_CPUS=${NS_CPUS:-shared}           # shared | split: see node_cpus
 RANK_PIDS=()
+RANK_RCS=()
 WIRE_PID=""                          # make_wired_pair's relay
 
 ns_name() { echo "${NS_TAG}n$1"; }
@@ -95,16 +96,33 @@ ns_env() {
 # list. NS_CPUS=shared (the default): every CPU this shell may use. split:
 # the NODE-th of NODES equal slices of them (node i % CPUs when nodes
 # outnumber CPUs), so that "hosts" have cores of their own, as real ones do,
-# and one host's TCP and copies do not run on another host's cores.
+# and one host's TCP and copies do not run on another host's cores. The
+# CPUs are ordered by physical core first, so that the hardware threads of
+# one core stay in one slice when the slices are whole cores.
 node_cpus() {
-    local node=$1 nodes=$2 cpus
-    read -r -a cpus <<<"$(taskset -pc $$ | sed 's/.*: //' | tr ',' ' ')"
+    local node=$1 nodes=$2 list c
+    case $NS_CPUS in
+    shared | split) ;;
+    *) echo "node_cpus: NS_CPUS is \"$NS_CPUS\"; it takes shared or split" >&2; return 1 ;;
+    esac
+    command -v taskset >/dev/null || { echo "node_cpus: taskset (util-linux) is missing" >&2; return 1; }
+    list=$(taskset -pc $$ | sed 's/.*: //' | tr ',' ' ')
     local all=()
-    for c in "${cpus[@]}"; do
+    for c in $list; do
         if [[ $c == *-* ]]; then all+=($(seq "${c%-*}" "${c#*-}")); else all+=("$c"); fi
     done
     local n=${#all[@]}
-    if [ "$NS_CPUS" != split ]; then
+    [ "$n" -gt 0 ] || { echo "node_cpus: cannot read this shell's CPUs from taskset" >&2; return 1; }
+    if [ "$NS_CPUS" = split ]; then
+        # Sort by (package, core, cpu); without sysfs topology, by cpu alone.
+        local keyed=() topo=/sys/devices/system/cpu
+        for c in "${all[@]}"; do
+            keyed+=("$(cat "$topo/cpu$c/topology/physical_package_id" 2>/dev/null || echo 0) $(cat \
+                "$topo/cpu$c/topology/core_id" 2>/dev/null || echo "$c") $c")
+        done
+        mapfile -t all < <(printf '%s\n' "${keyed[@]}" | sort -n -k1,1 -k2,2 -k3,3 | cut -d' ' -f3)
+    fi
+    if [ "$NS_CPUS" = shared ]; then
         local IFS=,
         echo "${all[*]}"
     elif [ "$nodes" -gt "$n" ]; then
@@ -124,8 +142,11 @@ start_ranks() {
     local world=$((nodes * per)) port=$((20000 + RANDOM % 20000))
     RANK_PIDS=()
     for ((r = 0; r < world; r++)); do
-        local node=$((r / per)) on=()
-        [ "$NS_CPUS" = split ] && on=(taskset -c "$(node_cpus "$node" "$nodes")")
+        local node=$((r / per)) on=() cpus
+        if [ "$NS_CPUS" != shared ]; then
+            cpus=$(node_cpus "$node" "$nodes") || return 1
+            on=(taskset -c "$cpus")
+        fi
         # shellcheck disable=SC2046
         ip netns exec "$(ns_name "$node")" env $(ns_env "$r" "$world" "$per" "$node" "$port") \
             SMDDP_TIMEOUT="${SMDDP_TIMEOUT:-60}" "${NS_ENV[@]}" "${on[@]}" \
@@ -134,11 +155,14 @@ start_ranks() {
     done
 }
 
-# wait_ranks: waits for RANK_PIDS; returns the last non-zero exit status.
+# wait_ranks: waits for RANK_PIDS; each rank's exit status goes to RANK_RCS;
+# returns the last non-zero one.
 wait_ranks() {
-    local rc=0
+    local rc=0 r
+    RANK_RCS=()
     for ((r = 0; r < ${#RANK_PIDS[@]}; r++)); do
-        wait "${RANK_PIDS[$r]}" || { rc=$?; echo "  rank $r exited $rc"; }
+        RANK_RCS[r]=0
+        wait "${RANK_PIDS[$r]}" || { rc=$?; RANK_RCS[r]=$rc; echo "  rank $r exited $rc"; }
     done
     return $rc
 }
