@@ -27,6 +27,8 @@
 
 /* Pause between connection attempts. */
 #define CONNECT_RETRY_NS (20 * NS_PER_MS)
+/* After this long without a connection, a warning says why (once). */
+#define CONNECT_WARN_NS (10000 * NS_PER_MS)
 #define NAME_MAX_LEN 300
 
 typedef struct client {
@@ -302,14 +304,18 @@ static void client_release(void *ctx)
 
 /*
  * One connection attempt before deadline. Returns a connected socket, or -1
- * with the reason in why (every failure is worth retrying: the server may
- * not be up yet, or its name not resolvable yet).
+ * with the reason in why and *unresolved set when the name did not resolve
+ * (every failure is worth retrying: the server may not be up yet, or its
+ * name not resolvable yet).
  */
-static int try_connect(const char *addr, int port, int64_t deadline, char *why, size_t cap)
+static int try_connect(const char *addr, int port, int64_t deadline, char *why, size_t cap,
+                       bool *unresolved)
 {
     struct sockaddr_in sa, self, peer;
+    *unresolved = false;
     if (wire_resolve(addr, port, INADDR_LOOPBACK, &sa) < 0) {
         snprintf(why, cap, "%s", smddp__last_error());
+        *unresolved = true;
         return -1;
     }
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -362,10 +368,23 @@ smddp_status_t smddp__tcp_client_connect(const char *addr, int port, int64_t tim
     int64_t deadline = start + wire_clamp_wait_ms(timeout_ms) * NS_PER_MS;
     char why[256] = "no attempt made";
     smddp_status_t st = SMDDP_OK;
+    bool warned = false, unresolved;
     for (;;) {
-        c->fd = try_connect(addr, port, deadline, why, sizeof(why));
+        c->fd = try_connect(addr, port, deadline, why, sizeof(why), &unresolved);
         if (c->fd >= 0) break;
-        int64_t left = deadline - smddp__now_ns();
+        int64_t now = smddp__now_ns(), left = deadline - now;
+        /*
+         * Waiting for the store's host is normal at start-up, but not for the
+         * whole timeout (30 min by default) in silence: a name that does not
+         * resolve (often a typo in MASTER_ADDR) is said at once, anything
+         * else after CONNECT_WARN_NS. Once.
+         */
+        if (!warned && left > 0 && (unresolved || now - start >= CONNECT_WARN_NS)) {
+            SMDDP_WARN("TCP store client: cannot connect to %s yet (%s); retrying for up to "
+                       "%.1f s more (the timeout, SMDDP_TIMEOUT)", c->name, why,
+                       (double)left / 1e9);
+            warned = true;
+        }
         if (left <= 0) {
             st = smddp__error(SMDDP_ERR_TIMEOUT,
                               "TCP store client: cannot connect to %s within %" PRId64

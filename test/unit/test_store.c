@@ -708,6 +708,46 @@ static void test_connect_nothing_listening(void **state)
                      SMDDP_ERR_INVALID_ARGUMENT);
 }
 
+/*
+ * A store address that does not resolve (a typo in MASTER_ADDR) is retried
+ * until the timeout, since names can appear late at start-up, but a warning
+ * says so at once, and once: with the default timeout of 30 minutes nothing
+ * else would. The name has spaces, so the resolver refuses it without asking
+ * a DNS server.
+ */
+static void test_connect_unresolvable_warns(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/smddp-test-stderr-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(fd, 2), 2);
+    smddp_store_t s;
+    double t0 = now_s();
+    smddp_status_t rc = smddp__tcp_client_connect("no such host", 29999, 400, NULL, &s);
+    double dt = now_s() - t0;
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char log[4096] = "";
+    ssize_t n = pread(fd, log, sizeof(log) - 1, 0);
+    close(fd);
+    assert_true(n > 0);
+    log[n] = 0;
+    print_message("stderr: %s", log);
+    assert_int_equal(rc, SMDDP_ERR_TIMEOUT);
+    assert_true(dt >= 0.35 && dt < 5.0);
+    assert_non_null(strstr(smddp__last_error(), "cannot resolve no such host"));
+    const char *w = strstr(log, "cannot connect to no such host:29999 yet (cannot resolve");
+    assert_non_null(w);
+    assert_non_null(strstr(log, "retrying for up to"));
+    assert_null(strstr(strstr(w, "yet (") + 1, "yet (")); /* once, though retried every 20 ms */
+}
+
 static void test_server_stopped_during_get(void **state)
 {
     (void)state;
@@ -1109,6 +1149,7 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_connect_nothing_listening),
+        cmocka_unit_test(test_connect_unresolvable_warns),
         cmocka_unit_test(test_server_stopped_during_get),
         cmocka_unit_test(test_server_not_answering),
         cmocka_unit_test(test_bad_server_replies),
