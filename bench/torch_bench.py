@@ -474,7 +474,9 @@ def report(args, res: dict, wall: float) -> int:
         return b["time_us"] / a["time_us"]      # gloo time / smddp time
 
     r64 = ratio("allreduce", 64 << 20)
-    if nodes > 1 and r64 is not None:
+    # Issue 4's layout: several ranks on each of several nodes. With one rank
+    # per node smddp and gloo both run the same 2-rank ring: no target there.
+    if nodes > 1 and n > nodes and r64 is not None:
         targets.append(("allreduce 64 MiB across nodes: algbw >= 2x gloo's (issue 4)", r64 >= 2,
                         f"smddp algbw = {r64:.2f}x gloo's"))
     r16 = ratio("allreduce", 16 << 20)
@@ -518,6 +520,9 @@ def report(args, res: dict, wall: float) -> int:
     for name, ok, detail in targets:
         fails += not ok
         print(f"- {'PASS' if ok else 'FAIL'}: {name}: {detail}")
+    if not targets:
+        print(f"(none for {n} rank(s) on {nodes} node(s): the targets are for one node, or "
+              f"several ranks on each of several nodes)")
     print()
     print(f"wall time {wall:.1f} s")
     return 1 if fails else 0
