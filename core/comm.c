@@ -267,7 +267,7 @@ out:
 
 static void comm_free(smddp_comm_t comm)
 {
-    for (int i = 0; i < SMDDP_NET_SCRATCH_SLOTS; i++) free(comm->scratch[i]);
+    for (int i = 0; i < SMDDP_SCRATCH_SLOTS; i++) free(comm->scratch[i]);
     free(comm->node_of);
     free(comm->node_ranks);
     free(comm->local_ranks);

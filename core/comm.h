@@ -17,7 +17,7 @@ enum {
     SMDDP_SCRATCH_FP32,
     SMDDP_SCRATCH_WORK,
     SMDDP_SCRATCH_TMP,
-    SMDDP_NET_SCRATCH_SLOTS
+    SMDDP_SCRATCH_SLOTS
 };
 
 typedef enum smddp__op_kind {
@@ -130,8 +130,8 @@ struct smddp_comm {
      * Scratch of the collectives across nodes (smddp__net_scratch), kept
      * between ops; only the thread running an op (exec_lock) touches it.
      */
-    void *scratch[SMDDP_NET_SCRATCH_SLOTS];
-    size_t scratch_len[SMDDP_NET_SCRATCH_SLOTS];
+    void *scratch[SMDDP_SCRATCH_SLOTS];
+    size_t scratch_len[SMDDP_SCRATCH_SLOTS];
     struct smddp__cuda *cuda; /* CUDA IPC state, set up by the first CUDA collective */
     struct ncclComm *nccl;   /* NCCL communicator, created by the first collective routed to it */
     struct smddp__stage *stage_pool; /* idle pinned staging buffers, guarded by stage_lock */

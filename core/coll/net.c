@@ -197,9 +197,9 @@ smddp_status_t smddp__ring_allgather(smddp_comm_t comm, const smddp__op_t *op,
 static void scratch_trim(smddp_comm_t comm)
 {
     size_t total = 0;
-    for (int i = 0; i < SMDDP_NET_SCRATCH_SLOTS; i++) total += comm->scratch_len[i];
+    for (int i = 0; i < SMDDP_SCRATCH_SLOTS; i++) total += comm->scratch_len[i];
     if (total <= SCRATCH_KEEP_MAX) return;
-    for (int i = 0; i < SMDDP_NET_SCRATCH_SLOTS; i++) {
+    for (int i = 0; i < SMDDP_SCRATCH_SLOTS; i++) {
         free(comm->scratch[i]);
         comm->scratch[i] = NULL;
         comm->scratch_len[i] = 0;

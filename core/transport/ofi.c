@@ -218,11 +218,12 @@ static smddp_status_t exchange_addresses(smddp_comm_t comm, smddp__ofi_t *o, con
             free(v);
             return st;
         }
-        if (vlen == 0 || vlen - tlen - 1 == 0 || vlen - tlen - 1 > ADDR_MAX) {
+        size_t alen = vlen ? vlen - tlen - 1 : 0; /* the address after "provider\0" */
+        if (alen == 0 || alen > ADDR_MAX) {
             free(v);
             return smddp__error(SMDDP_ERR_STORE, "rank %d published a %zu-byte %s address "
-                                "(store key %s); expected 1-%d bytes", r,
-                                vlen ? vlen - tlen - 1 : 0, o->provider, key, ADDR_MAX);
+                                "(store key %s); expected 1-%d bytes", r, alen, o->provider,
+                                key, ADDR_MAX);
         }
         rc = fi_av_insert(o->av, theirs + tlen + 1, 1, &o->addrs[r], 0, NULL);
         free(v);
