@@ -12,6 +12,8 @@
 #include "cuda/nccl.h"
 #include "cuda/stage.h"
 #include "comm.h"
+#include "fail.h"
+#include "queue.h"
 #include "param.h"
 
 #define ACCEPTED_DTYPES "int8, uint8, int32, int64, float16, bfloat16, float32, float64"
@@ -31,25 +33,11 @@ void smddp_set_store_error(const char *message)
     smddp__error_quiet(SMDDP_ERR_STORE, "%s", message ? message : "");
 }
 
-size_t smddp_dtype_size(smddp_dtype_t dtype)
-{
-    static const size_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
-    return (unsigned)dtype < SMDDP_DTYPE_COUNT ? sizes[dtype] : 0;
-}
+size_t smddp_dtype_size(smddp_dtype_t dtype) { return smddp__dtype_size(dtype); }
 
-const char *smddp_dtype_name(smddp_dtype_t dtype)
-{
-    static const char *const names[] = {"int8",    "uint8",    "int32",   "int64",
-                                        "float16", "bfloat16", "float32", "float64"};
-    return (unsigned)dtype < SMDDP_DTYPE_COUNT ? names[dtype] : "unknown";
-}
+const char *smddp_dtype_name(smddp_dtype_t dtype) { return smddp__dtype_name(dtype); }
 
-const char *smddp_op_name(smddp_op_t op)
-{
-    static const char *const names[] = {"sum", "prod", "min", "max", "avg",
-                                        "premul_sum", "band", "bor", "bxor"};
-    return (unsigned)op < SMDDP_OP_COUNT ? names[op] : "unknown";
-}
+const char *smddp_op_name(smddp_op_t op) { return smddp__redop_name(op); }
 
 void smddp_print_settings(void *file) { smddp__params_print(file ? file : stdout); }
 
@@ -89,12 +77,8 @@ smddp_status_t smddp_comm_create(const smddp_store_t *store, int rank, int world
         return INVALID(NULL, "smddp_comm_create: config->timeout_ms is 0; use > 0 milliseconds, "
                              "or < 0 for SMDDP_TIMEOUT");
     int64_t timeout = smddp__timeout_ms(config ? config->timeout_ms : -1);
-    smddp__store_ref_t *ref = calloc(1, sizeof(*ref));
-    if (!ref) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the store reference");
-    ref->table = *store;
-    pthread_mutex_init(&ref->lock, NULL);
-    atomic_init(&ref->refs, 1);
-    atomic_init(&ref->queued, 0);
+    smddp__store_ref_t *ref = smddp__store_ref_new(store);
+    if (!ref) return SMDDP_ERR_NO_MEMORY;
     smddp_status_t st = smddp__comm_create(ref, rank, world_size, prefix, timeout, comm);
     if (st < 0) ref->table.release = NULL; /* the caller keeps the store when we fail */
     smddp__store_unref(ref);

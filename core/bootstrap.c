@@ -161,10 +161,10 @@ smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config, sm
                 goto out;
             }
         }
-        smddp__store_ref_t *ref = calloc(1, sizeof(*ref));
+        smddp__store_ref_t *ref = smddp__store_ref_new(NULL); /* this module's, never dropped */
         if (!ref) {
             smddp__tcp_server_stop(server);
-            st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the store");
+            st = SMDDP_ERR_NO_MEMORY;
             goto out;
         }
         st = smddp__tcp_client_connect(rank == 0 ? "127.0.0.1" : addr, port, timeout_ms, server,
@@ -178,9 +178,6 @@ smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config, sm
                               port, inner);
             goto out;
         }
-        pthread_mutex_init(&ref->lock, NULL);
-        atomic_init(&ref->refs, 1); /* this module's, never dropped */
-        atomic_init(&ref->queued, 0);
         env_store = ref;
     }
     char prefix[512];

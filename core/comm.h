@@ -9,6 +9,8 @@
 #include <stdatomic.h>
 
 #include "common.h"
+#include "op.h"
+#include "store/ref.h"
 #include "reduce/reduce.h"
 
 /* The scratch buffers a collective across nodes may hold at once (smddp__net_scratch). */
@@ -20,72 +22,12 @@ enum {
     SMDDP_SCRATCH_SLOTS
 };
 
-typedef enum smddp__op_kind {
-    SMDDP_OP_ALLREDUCE,
-    SMDDP_OP_REDUCE,
-    SMDDP_OP_BROADCAST,
-    SMDDP_OP_ALLGATHER,
-    SMDDP_OP_REDUCE_SCATTER,
-    SMDDP_OP_ALLTOALL,
-    SMDDP_OP_ALLTOALLV,
-    SMDDP_OP_GATHER,
-    SMDDP_OP_SCATTER,
-    SMDDP_OP_BARRIER,
-    SMDDP_OP_SEND,
-    SMDDP_OP_RECV,
-    SMDDP_OP_KIND_COUNT
-} smddp__op_kind_t;
-
-const char *smddp__op_kind_name(smddp__op_kind_t kind);
-
-/* One operation; the public smddp_request_t points at it. */
-typedef struct smddp_request {
-    smddp__op_kind_t kind;
-    uint64_t seq;            /* collective sequence number (p2p: per-peer message number) */
-    const void *sendbuf;
-    void *recvbuf;
-    size_t count;            /* elements, as the API defines it for this kind */
-    smddp_dtype_t dtype;
-    smddp_dtype_t caller_dtype; /* fp16/bf16 while dtype is the fp32 they travel as (net.c) */
-    smddp__reduce_spec_t spec;
-    int root;                /* root, or peer for send/recv */
-    int tag;
-    smddp_mem_type_t mem_type; /* where the buffers live */
-    void *stream;            /* cudaStream_t for SMDDP_MEM_CUDA */
-    int64_t *v;              /* alltoallv: sendcounts, sdispls, recvcounts, rdispls (4 * size), owned */
-    int64_t deadline_ns;     /* set when execution starts */
-    uint32_t seq_span;       /* collective sequence numbers it takes (0 means 1) */
-    struct smddp__stage *stage; /* CUDA across nodes: its host staging (cuda/stage.c) */
-    bool on_stream;          /* staged, and all its stream work was enqueued at issue */
-
-    smddp_complete_fn on_complete; /* optional, called before done is set */
-    void *on_complete_arg;
-
-    struct smddp_comm *comm;
-    struct smddp_request *next;
-    bool queued;             /* in comm's queue, not started (guarded by comm->lock) */
-    atomic_int refs;         /* the caller's handle and the engine's */
-    _Atomic uint32_t done;   /* 0 while running, 1 when finished (futex word) */
-    _Atomic uint32_t sleepers; /* threads in FUTEX_WAIT on done */
-    smddp_status_t status;
-    char errmsg[SMDDP_ERRMSG_MAX];
-} smddp__op_t;
-
 /*
  * The timeout a communicator keeps for a requested one: > 0 ms capped at
  * 1e12 ms (1e9 s, as SMDDP_TIMEOUT allows, so deadlines in ns stay within
  * int64); anything else takes SMDDP_TIMEOUT.
  */
 int64_t smddp__timeout_ms(int64_t requested_ms);
-
-/* A store shared by a communicator and those split from it. */
-typedef struct smddp__store_ref {
-    smddp_store_t table;
-    atomic_int refs;
-    pthread_mutex_t lock;    /* one callback at a time */
-    atomic_int queued;       /* threads waiting for lock (a get lets them in between slices) */
-    void (*on_free)(struct smddp__store_ref *self); /* optional, before it is freed */
-} smddp__store_ref_t;
 
 typedef struct smddp__shm smddp__shm_t;
 typedef struct smddp__p2p smddp__p2p_t;
@@ -161,7 +103,22 @@ struct smddp_comm {
 
     /* Across nodes, aborts travel through the store (smddp__comm_fail). */
     _Atomic int64_t remote_abort_polled_ns;
+    /*
+     * How a transport waiting for a peer learns that the communicator was
+     * aborted, here or on another node: installed at creation
+     * (smddp__comm_poll_remote_abort, fail.c), called between polls with the
+     * time and the comm rank waited for (-1 if none); true once aborted.
+     */
+    bool (*poll_abort)(struct smddp_comm *comm, int64_t now_ns, int waiting_for);
 };
+
+/* The transports' way to ask comm->poll_abort (aborted alone when none is installed). */
+static inline bool smddp__comm_poll_abort(struct smddp_comm *comm, int64_t now_ns,
+                                          int waiting_for)
+{
+    if (comm->poll_abort) return comm->poll_abort(comm, now_ns, waiting_for);
+    return atomic_load(&comm->aborted) != 0;
+}
 
 /* Creation through a store reference (takes one reference on success). */
 smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
@@ -170,83 +127,7 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
 smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config,
                                            smddp_comm_t *out);
 smddp_status_t smddp__comm_split(smddp_comm_t comm, int color, int key, smddp_comm_t *out);
-void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg);
-/*
- * Aborts comm here too if a peer has aborted it, so that an operation that
- * is about to start fails as the peer's did rather than running alone.
- */
-void smddp__comm_adopt_peer_abort(smddp_comm_t comm);
-/*
- * Aborts comm on a failure found on this rank (not one it adopted) and,
- * across nodes, tells the other nodes through the store, so that ranks
- * waiting there for a rank that will never come fail at once with the
- * reason instead of at their deadline.
- */
-void smddp__comm_fail(smddp_comm_t comm, smddp_status_t status, const char *msg);
-/*
- * smddp_comm_abort: aborts comm and, the first time, tells the other nodes as
- * above, unless the store stays busy for half a second (then they fail at
- * their deadline): an abort never hangs on the store.
- */
-void smddp__comm_abort_by_user(smddp_comm_t comm, const char *msg);
-/*
- * For long waits across nodes: at most every half second, looks in the
- * store for an abort another node published, and adopts it; a store that
- * stopped answering (its host died) aborts comm too, naming waiting_for (the
- * comm rank this rank waits for, or -1). True if comm is now aborted.
- */
-bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns, int waiting_for);
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm);
-void smddp__comm_set_last_error(smddp_comm_t comm, const char *msg);
 
-/*
- * True on libsmddp's own threads (progress, send/recv). CUDA code there
- * must not restore a "previous" device: such a thread has none, and setting
- * device 0 would create a context on GPU 0 in every process.
- */
-extern _Thread_local bool smddp__library_thread;
-/* This process's node name (SMDDP_HOSTNAME, else the host name). */
-void smddp__node_name(char *out, size_t cap);
-
-/* Store access, serialised per store. Errors carry the key in the message. */
-smddp_status_t smddp__store_set(smddp__store_ref_t *s, const char *key, const void *v, size_t len);
-smddp_status_t smddp__store_get(smddp__store_ref_t *s, const char *key, int64_t timeout_ms,
-                                void **v, size_t *len);
-smddp_status_t smddp__store_add(smddp__store_ref_t *s, const char *key, int64_t delta,
-                                int64_t *result);
-void smddp__store_unref(smddp__store_ref_t *s);
-
-/* Scheduler (sched.c). */
-smddp_status_t smddp__sched_start(smddp_comm_t comm);
-void smddp__sched_stop(smddp_comm_t comm);
-/* Enqueues op (or runs it inline when req is NULL and the comm is idle). */
-smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t *req);
-smddp__op_t *smddp__op_new(smddp_comm_t comm, smddp__op_kind_t kind);
-smddp_status_t smddp__request_wait(smddp__op_t *op, int64_t timeout_ms);
-smddp_status_t smddp__request_test(smddp__op_t *op);
-void smddp__request_unref(smddp__op_t *op);
-
-/*
- * Marks op finished with st (message from the thread's last error): runs its
- * callback, then sets done and wakes waiters. The caller must hold no lock.
- */
-void smddp__op_complete(smddp__op_t *op, smddp_status_t st);
-
-/* send/recv engine (coll/p2p.c). */
-smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op);
-void smddp__p2p_stop(smddp_comm_t comm);
-
-/* Runs one operation on the calling thread (coll/coll.c). */
-smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op);
-
-/*
- * The error for op when local rank peer_lr published a different operation
- * (desc points at a smddp__shm_desc_t) for the same sequence number.
- */
-smddp_status_t smddp__mismatch_error(smddp_comm_t comm, const smddp__op_t *op, int peer_lr,
-                                     const void *desc);
-
-/* Describes an op for messages: "allreduce (seq 5, 1024 x float32, sum)". */
-void smddp__op_describe(const smddp__op_t *op, char *buf, size_t cap);
 
 #endif /* SMDDP_CORE_COMM_H */

@@ -33,6 +33,15 @@ const char *smddp__last_error(void);
 /* Clears the calling thread's last error message. */
 void smddp__clear_error(void);
 
+/*
+ * True on libsmddp's own threads (progress, send/recv). CUDA code there
+ * must not restore a "previous" device: such a thread has none, and setting
+ * device 0 would create a context on GPU 0 in every process.
+ */
+#ifndef __cplusplus
+extern _Thread_local bool smddp__library_thread;
+#endif
+
 /* Returns from the function if the status is an error. */
 #define SMDDP_CHECK(call)                           \
     do {                                            \

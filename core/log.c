@@ -14,12 +14,13 @@
 #include "common.h"
 #include "param.h"
 
+/* What the calling thread is: its last error, and whether libsmddp started it. */
 static _Thread_local char tls_error[SMDDP_ERRMSG_MAX];
+_Thread_local bool smddp__library_thread;
 
 static FILE *log_file;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-int smddp__log_level_cached = -1;
 
 const char *smddp__status_string(smddp_status_t status)
 {

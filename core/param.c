@@ -128,6 +128,11 @@ static const param_row_t rows[] = {
 };
 
 static smddp__params_t params;
+/*
+ * SMDDP_DEBUG as the log reads it on every SMDDP_LOG without a lock (log.c):
+ * -1 until the settings are loaded, then kept in step with every (re)load.
+ */
+int smddp__log_level_cached = -1;
 static pthread_once_t params_once = PTHREAD_ONCE_INIT;
 
 static int enum_index(const char *choices, const char *value)

@@ -23,6 +23,7 @@
 #include "../copy.h"
 #include "../param.h"
 #include "../transport/shm.h"
+#include "../topo.h"
 #include "coll.h"
 
 #define MAX_LOCAL 256
@@ -36,7 +37,7 @@ void smddp__piece(size_t n, int p, int q, size_t *off, size_t *len)
 
 static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
 {
-    size_t es = smddp_dtype_size(op->dtype);
+    size_t es = smddp__dtype_size(op->dtype);
     size_t bytes = op->count * es;
     int p = comm->local_size, me = comm->local_rank, h;
     const void *srcs[MAX_LOCAL];
@@ -63,7 +64,7 @@ static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
 static void reduce_and_copy(const smddp__reduce_spec_t *spec, char *out, char *dst,
                             const void *const *srcs, int p, size_t n, int stream)
 {
-    size_t es = smddp_dtype_size(spec->dtype), slice = SMDDP_MAX(HOT_SLICE / es, (size_t)1);
+    size_t es = smddp__dtype_size(spec->dtype), slice = SMDDP_MAX(HOT_SLICE / es, (size_t)1);
     const void *at[MAX_LOCAL];
     for (size_t o = 0; o < n; o += slice) {
         size_t len = SMDDP_MIN(slice, n - o);
@@ -76,7 +77,7 @@ static void reduce_and_copy(const smddp__reduce_spec_t *spec, char *out, char *d
 /* Two-shot; with root >= 0 only the root copies the result out (reduce). */
 static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int root_lr)
 {
-    size_t es = smddp_dtype_size(op->dtype);
+    size_t es = smddp__dtype_size(op->dtype);
     int p = comm->local_size, me = comm->local_rank, h;
     size_t round_elems = smddp__shm_half_size(comm) / es;
     const char *send = op->sendbuf;
@@ -124,7 +125,7 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
 smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
 {
     const smddp__params_t *params = smddp__params();
-    size_t bytes = op->count * smddp_dtype_size(op->dtype);
+    size_t bytes = op->count * smddp__dtype_size(op->dtype);
     if (comm->local_size > MAX_LOCAL)
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "more than %d ranks on one node", MAX_LOCAL);
     bool oneshot;
@@ -154,7 +155,7 @@ smddp_status_t smddp__reduce_root(smddp_comm_t comm, smddp__op_t *op)
 
 smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
 {
-    size_t es = smddp_dtype_size(op->dtype);
+    size_t es = smddp__dtype_size(op->dtype);
     int p = comm->local_size, me = comm->local_rank, h;
     size_t n = op->count; /* per rank */
     size_t round_elems = smddp__shm_half_size(comm) / es / (size_t)p;

@@ -14,18 +14,12 @@
 #include "../copy.h"
 #include "../param.h"
 #include "../transport/shm.h"
+#include "../topo.h"
 #include "coll.h"
-
-int smddp__local_index(smddp_comm_t comm, int rank)
-{
-    for (int i = 0; i < comm->local_size; i++)
-        if (comm->local_ranks[i] == rank) return i;
-    return -1;
-}
 
 static smddp_status_t broadcast(smddp_comm_t comm, smddp__op_t *op)
 {
-    size_t bytes = op->count * smddp_dtype_size(op->dtype);
+    size_t bytes = op->count * smddp__dtype_size(op->dtype);
     size_t half = smddp__shm_half_size(comm);
     int root = smddp__local_index(comm, op->root), me = comm->local_rank, h;
     char *buf = op->recvbuf;
@@ -49,7 +43,7 @@ static smddp_status_t broadcast(smddp_comm_t comm, smddp__op_t *op)
 /* Allgather and gather: with root >= 0 only the root copies out. */
 static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root)
 {
-    size_t es = smddp_dtype_size(op->dtype);
+    size_t es = smddp__dtype_size(op->dtype);
     size_t bytes = op->count * es;
     size_t half = smddp__shm_half_size(comm);
     int p = comm->local_size, me = comm->local_rank, h;
@@ -78,7 +72,7 @@ static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root
 
 static smddp_status_t scatter(smddp_comm_t comm, smddp__op_t *op)
 {
-    size_t es = smddp_dtype_size(op->dtype);
+    size_t es = smddp__dtype_size(op->dtype);
     size_t bytes = op->count * es; /* per rank */
     int p = comm->local_size, me = comm->local_rank, h;
     int root = smddp__local_index(comm, op->root);
@@ -120,7 +114,7 @@ static smddp_status_t alltoall_common(smddp_comm_t comm, smddp__op_t *op, const 
                                       const int64_t *sdispls, const int64_t *rcounts,
                                       const int64_t *rdispls, bool check)
 {
-    size_t es = smddp_dtype_size(op->dtype);
+    size_t es = smddp__dtype_size(op->dtype);
     int p = comm->local_size, me = comm->local_rank, h;
     size_t half = smddp__shm_half_size(comm);
     size_t piece = half / (size_t)p / es * es;
@@ -214,59 +208,16 @@ static smddp_status_t alltoall(smddp_comm_t comm, smddp__op_t *op)
     return st;
 }
 
-static void make_desc(const smddp__op_t *op, smddp__shm_desc_t *d)
-{
-    memset(d, 0, sizeof(*d));
-    d->seq = op->seq;
-    /* The memory type rides in the high bits: host and CUDA steps never pair up. */
-    d->kind = (int32_t)op->kind | (int32_t)op->mem_type << 16;
-    d->dtype = (int32_t)op->dtype;
-    d->redop = -1;
-    d->root = op->root;
-    d->count = op->count;
-    if (op->kind == SMDDP_OP_ALLREDUCE || op->kind == SMDDP_OP_REDUCE ||
-        op->kind == SMDDP_OP_REDUCE_SCATTER)
-        d->redop = (int32_t)op->spec.op;
-    /* alltoallv counts differ legitimately; they are checked pairwise instead. */
-    if (op->kind == SMDDP_OP_ALLTOALLV || op->kind == SMDDP_OP_BARRIER) d->count = 0;
-}
-
-smddp_status_t smddp__mismatch_error(smddp_comm_t comm, const smddp__op_t *op, int peer_lr,
-                                     const void *desc)
-{
-    smddp__shm_desc_t theirs;
-    memcpy(&theirs, desc, sizeof(theirs));
-    char mine_s[256], theirs_s[256];
-    smddp__op_describe(op, mine_s, sizeof(mine_s));
-    smddp__op_t other = {0};
-    other.kind = (smddp__op_kind_t)(theirs.kind & 0xffff);
-    other.mem_type = (smddp_mem_type_t)(theirs.kind >> 16);
-    other.seq = theirs.seq;
-    other.count = theirs.count;
-    other.dtype = (smddp_dtype_t)theirs.dtype;
-    other.spec.op = theirs.redop >= 0 ? (smddp_op_t)theirs.redop : SMDDP_SUM;
-    other.root = theirs.root;
-    smddp__op_describe(&other, theirs_s, sizeof(theirs_s));
-    char root_a[32] = "", root_b[32] = "";
-    if (op->root >= 0) snprintf(root_a, sizeof(root_a), " with root %d", op->root);
-    if (theirs.root >= 0) snprintf(root_b, sizeof(root_b), " with root %d", theirs.root);
-    return smddp__error_quiet(SMDDP_ERR_MISMATCH,
-                              "operation mismatch: rank %d issued %s%s while rank %d issued %s%s "
-                              "at the same point",
-                              comm->rank, mine_s, root_a, comm->local_ranks[peer_lr], theirs_s,
-                              root_b);
-}
-
 /* SMDDP_CHECK_ORDER: one extra barrier so that every rank compares every peer's desc. */
-static smddp_status_t check_order(smddp_comm_t comm, smddp__op_t *op, const smddp__shm_desc_t *mine)
+static smddp_status_t check_order(smddp_comm_t comm, smddp__op_t *op, const smddp__op_desc_t *mine)
 {
     SMDDP_CHECK(smddp__shm_sync(comm, op));
     for (int q = 0; q < comm->local_size; q++) {
-        smddp__shm_desc_t theirs;
+        smddp__op_desc_t theirs;
         /* A peer already two ops on has rewritten the slot: it got past this one. */
         if (!smddp__shm_read_desc(comm, q, op->seq, &theirs)) continue;
         if (memcmp(&theirs, mine, sizeof(theirs)) != 0)
-            return smddp__mismatch_error(comm, op, q, &theirs);
+            return smddp__op_mismatch_error(op, comm->rank, comm->local_ranks[q], &theirs);
     }
     return SMDDP_OK;
 }
@@ -275,8 +226,8 @@ static smddp_status_t execute(smddp_comm_t comm, smddp__op_t *op);
 
 smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op)
 {
-    smddp__shm_desc_t desc;
-    make_desc(op, &desc);
+    smddp__op_desc_t desc;
+    smddp__op_desc(op, &desc);
     smddp__shm_op_begin(comm, &desc);
     smddp_status_t st = SMDDP_OK;
     if (smddp__params()->check) st = check_order(comm, op, &desc);

@@ -6,8 +6,9 @@
 
 /* Splits n elements into p nearly equal pieces; piece q is [off, off + len). */
 void smddp__piece(size_t n, int p, int q, size_t *off, size_t *len);
-/* Local index of a comm rank on this node, or -1. */
-int smddp__local_index(smddp_comm_t comm, int rank);
+
+/* Runs one operation on the calling thread (exec_lock held). */
+smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op);
 
 smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op);
 smddp_status_t smddp__reduce_root(smddp_comm_t comm, smddp__op_t *op);

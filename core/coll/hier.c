@@ -155,7 +155,7 @@ static smddp_status_t copy_pumped(smddp_comm_t comm, char *dst, const char *src,
 static smddp_status_t reduce_pumped(smddp_comm_t comm, const smddp__reduce_spec_t *spec,
                                     char *dst, const void *const *srcs, int nsrc, size_t n)
 {
-    size_t es = smddp_dtype_size(spec->dtype), slice = SMDDP_MAX(PUMP_SLICE / es, (size_t)1);
+    size_t es = smddp__dtype_size(spec->dtype), slice = SMDDP_MAX(PUMP_SLICE / es, (size_t)1);
     const void *at[MAX_LOCAL];
     for (size_t o = 0; o < n; o += slice) {
         size_t len = SMDDP_MIN(slice, n - o);
@@ -170,7 +170,7 @@ static smddp_status_t reduce_pumped(smddp_comm_t comm, const smddp__reduce_spec_
 static smddp_status_t finish_round(smddp_comm_t comm, smddp__op_t *op, ar_pipe_t *pipe,
                                    ar_round_t *R, int k, int stream)
 {
-    size_t es = smddp_dtype_size(op->dtype);
+    size_t es = smddp__dtype_size(op->dtype);
     if (R->ring_active) {
         pipe->in_ring_wait = true;
         smddp_status_t st = smddp__ring_task_wait(&R->task);
@@ -198,7 +198,7 @@ static smddp_status_t finish_round(smddp_comm_t comm, smddp__op_t *op, ar_pipe_t
 /* Allreduce in place of op->sendbuf into op->recvbuf; any dtype but fp16/bf16. */
 static smddp_status_t allreduce(smddp_comm_t comm, smddp__op_t *op)
 {
-    size_t es = smddp_dtype_size(op->dtype);
+    size_t es = smddp__dtype_size(op->dtype);
     int L = comm->local_size, N = comm->node_count, me = comm->local_rank;
     size_t bytes = op->count * es;
     int k = bytes <= (size_t)smddp__params()->net_leader_max ? 1 : L;
@@ -284,7 +284,7 @@ smddp_status_t smddp__hier_allreduce(smddp_comm_t comm, smddp__op_t *op)
 /* Reduce-scatter: p blocks of op->count in op->sendbuf, this rank's block into op->recvbuf. */
 static smddp_status_t reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
 {
-    size_t es = smddp_dtype_size(op->dtype), n = op->count;
+    size_t es = smddp__dtype_size(op->dtype), n = op->count;
     int L = comm->local_size, N = comm->node_count, me = comm->local_rank, h;
     /* A round holds, per local rank, one slot per node. */
     size_t round_elems = smddp__shm_half_size(comm) / es / ((size_t)L * (size_t)N);
@@ -346,7 +346,7 @@ static smddp_status_t reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
 /* Allgather: counterparts swap their blocks over the network, then the node shares them. */
 static smddp_status_t allgather(smddp_comm_t comm, smddp__op_t *op)
 {
-    size_t es = smddp_dtype_size(op->dtype), n = op->count, bytes = n * es;
+    size_t es = smddp__dtype_size(op->dtype), n = op->count, bytes = n * es;
     int L = comm->local_size, N = comm->node_count, me = comm->local_rank, h;
     char *recv = op->recvbuf;
     hier_t hr;
@@ -386,7 +386,7 @@ static smddp_status_t allgather(smddp_comm_t comm, smddp__op_t *op)
 /* Broadcast: a chain of the root's counterparts, then each node from its member of the chain. */
 static smddp_status_t broadcast(smddp_comm_t comm, smddp__op_t *op)
 {
-    size_t bytes = op->count * smddp_dtype_size(op->dtype);
+    size_t bytes = op->count * smddp__dtype_size(op->dtype);
     size_t half = smddp__shm_half_size(comm);
     int root_node = comm->node_of[op->root], root_lr = 0, me = comm->local_rank, h;
     while (at(comm, root_node, root_lr) != op->root) root_lr++;

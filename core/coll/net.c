@@ -161,7 +161,7 @@ smddp_status_t smddp__ring_reduce_scatter(smddp_comm_t comm, const smddp__op_t *
                                           uint32_t step0)
 {
     int p = g->p, me = g->me;
-    size_t es = smddp_dtype_size(spec->dtype);
+    size_t es = smddp__dtype_size(spec->dtype);
     int next = member(g, (me + 1) % p), prev = member(g, (me + p - 1) % p);
     for (int s = 0; s < p - 1; s++) {
         int sb = (me - s - 1 + 2 * p) % p, rb = (me - s - 2 + 2 * p) % p;
@@ -281,7 +281,7 @@ smddp_status_t smddp__ring_task_start(smddp__ring_task_t *t, smddp_comm_t comm,
 smddp_status_t smddp__ring_task_advance(smddp__ring_task_t *t)
 {
     smddp_comm_t comm = t->comm;
-    size_t es = smddp_dtype_size(t->spec.dtype);
+    size_t es = smddp__dtype_size(t->spec.dtype);
     int p = t->g->p, sb, rb;
     int next = member(t->g, (t->g->me + 1) % p), prev = member(t->g, (t->g->me + p - 1) % p);
     while (!t->done) {
@@ -400,7 +400,7 @@ static const smddp__ring_t *everyone(smddp_comm_t comm, smddp__ring_t *g)
 /* Allreduce of op->sendbuf into op->recvbuf: ring reduce-scatter, then ring allgather. */
 static smddp_status_t ring_allreduce(smddp_comm_t comm, smddp__op_t *op)
 {
-    size_t es = smddp_dtype_size(op->dtype);
+    size_t es = smddp__dtype_size(op->dtype);
     char *out = op->recvbuf;
     smddp__chain_t c = smddp__chain_ops(op);
     smddp__ring_t g;
@@ -424,7 +424,7 @@ static smddp_status_t ring_allreduce(smddp_comm_t comm, smddp__op_t *op)
 static smddp_status_t ring_reduce_scatter_op(smddp_comm_t comm, smddp__op_t *op)
 {
     int p = comm->size;
-    size_t es = smddp_dtype_size(op->dtype), n = op->count, *off, *len;
+    size_t es = smddp__dtype_size(op->dtype), n = op->count, *off, *len;
     smddp__chain_t c = smddp__chain_ops(op);
     smddp__ring_t g;
     /* The ring reduces in place: work on a copy of the input. */
@@ -474,7 +474,7 @@ smddp_status_t smddp__net_via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in
 
 static smddp_status_t net_allgather(smddp_comm_t comm, smddp__op_t *op)
 {
-    size_t es = smddp_dtype_size(op->dtype), n = op->count, *off, *len;
+    size_t es = smddp__dtype_size(op->dtype), n = op->count, *off, *len;
     char *recv = op->recvbuf;
     smddp__ring_t g;
     memmove(recv + (size_t)comm->rank * n * es, op->sendbuf, n * es);
@@ -490,7 +490,7 @@ static smddp_status_t net_broadcast(smddp_comm_t comm, smddp__op_t *op)
 {
     smddp__ring_t g;
     return smddp__chain_broadcast(comm, op, everyone(comm, &g), op->root, op->recvbuf,
-                                  op->count * smddp_dtype_size(op->dtype), 0);
+                                  op->count * smddp__dtype_size(op->dtype), 0);
 }
 
 /* Pairwise exchange: at step s, send to me + s and receive from me - s. */
@@ -499,7 +499,7 @@ static smddp_status_t net_alltoallv(smddp_comm_t comm, smddp__op_t *op, const in
                                     const int64_t *rdispls)
 {
     int p = comm->size, me = comm->rank;
-    size_t es = smddp_dtype_size(op->dtype);
+    size_t es = smddp__dtype_size(op->dtype);
     const char *send = op->sendbuf;
     char *recv = op->recvbuf;
     if (scounts[me] != rcounts[me]) {
@@ -534,7 +534,7 @@ static smddp_status_t net_alltoall(smddp_comm_t comm, smddp__op_t *op)
     smddp_status_t st = SMDDP_OK;
     if (op->sendbuf == op->recvbuf) {
         /* In place: send from a copy. */
-        size_t bytes = op->count * (size_t)p * smddp_dtype_size(op->dtype);
+        size_t bytes = op->count * (size_t)p * smddp__dtype_size(op->dtype);
         void *copy = smddp__net_scratch(comm, SMDDP_SCRATCH_OUTER, bytes);
         if (!copy) st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes", bytes);
         if (copy) {
@@ -553,7 +553,7 @@ static smddp_status_t net_alltoall(smddp_comm_t comm, smddp__op_t *op)
 /* Gather (root >= 0 receives everything) and scatter: direct transfers. */
 static smddp_status_t net_gather_scatter(smddp_comm_t comm, smddp__op_t *op, bool gather)
 {
-    size_t bytes = op->count * smddp_dtype_size(op->dtype);
+    size_t bytes = op->count * smddp__dtype_size(op->dtype);
     int me = comm->rank, root = op->root;
     if (me != root)
         return gather ? exchange(comm, op, 0, root, op->sendbuf, bytes, -1, NULL, 0)
@@ -635,7 +635,7 @@ static bool use_hier(smddp_comm_t comm, const smddp__op_t *op)
     if (algo == 2 || comm->local_size > 1) return true;
     /* One rank per node: otherwise the same ring as flat, plus copies. */
     if (comm->node_count != 2) return false;
-    size_t in = op->count * smddp_dtype_size(op->dtype);
+    size_t in = op->count * smddp__dtype_size(op->dtype);
     if (op->kind == SMDDP_OP_REDUCE_SCATTER)
         return in * (size_t)comm->size >= ONE_PER_NODE_REDUCE_SCATTER_HIER_MIN;
     return (op->kind == SMDDP_OP_ALLREDUCE || op->kind == SMDDP_OP_REDUCE) &&
@@ -679,7 +679,7 @@ static smddp_status_t net_execute(smddp_comm_t comm, smddp__op_t *op)
         /* Reduce: an allreduce into scratch on non-roots (simple; twice the traffic). */
         smddp__op_t r = *op;
         r.recvbuf = smddp__net_scratch(comm, SMDDP_SCRATCH_OUTER,
-                                       op->count * smddp_dtype_size(op->dtype));
+                                       op->count * smddp__dtype_size(op->dtype));
         if (!r.recvbuf) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate scratch");
         st = run(comm, &r);
         break;

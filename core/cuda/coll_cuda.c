@@ -34,6 +34,7 @@
 #include "../coll/coll.h"
 #include "../param.h"
 #include "../transport/shm.h"
+#include "../topo.h"
 #include "nccl.h"
 
 #if SMDDP_HAVE_CUDA
@@ -322,7 +323,7 @@ static smddp_status_t reduce_halves(step_t *s, void *dst, size_t off, size_t n)
 {
     const void *srcs[SMDDP_CUDA_MAX_SRCS];
     int p = s->comm->local_size;
-    size_t es = smddp_dtype_size(s->op->dtype);
+    size_t es = smddp__dtype_size(s->op->dtype);
     if (n == 0) return SMDDP_OK;
     for (int q = 0; q < p; q++) srcs[q] = half_of(s, q) + off;
     smddp__reduce_spec_t spec = s->op->spec;
@@ -356,7 +357,7 @@ static smddp_status_t allreduce(step_t *s, int root)
 {
     smddp__op_t *op = s->op;
     int p = s->comm->local_size, me = s->comm->local_rank;
-    size_t es = smddp_dtype_size(op->dtype), bytes = op->count * es;
+    size_t es = smddp__dtype_size(op->dtype), bytes = op->count * es;
     size_t chunk = chunk_bytes(s->c->half, es);
     bool oneshot = bytes <= (size_t)smddp__params()->cuda_oneshot_max || p == 1 || root >= 0;
     for (size_t off = 0; off < bytes; off += chunk) {
@@ -387,7 +388,7 @@ static smddp_status_t gather(step_t *s, int root)
 {
     smddp__op_t *op = s->op;
     int p = s->comm->local_size, me = s->comm->local_rank;
-    size_t es = smddp_dtype_size(op->dtype), block = op->count * es;
+    size_t es = smddp__dtype_size(op->dtype), block = op->count * es;
     size_t chunk = chunk_bytes(s->c->half, es);
     for (size_t off = 0; off < block; off += chunk) {
         size_t n = SMDDP_MIN(chunk, block - off);
@@ -411,7 +412,7 @@ static smddp_status_t blockwise(step_t *s, int src_root, bool reduce)
 {
     smddp__op_t *op = s->op;
     int p = s->comm->local_size, me = s->comm->local_rank;
-    size_t es = smddp_dtype_size(op->dtype), block = op->count * es;
+    size_t es = smddp__dtype_size(op->dtype), block = op->count * es;
     size_t chunk = chunk_bytes(s->c->half / (size_t)p, es);
     for (size_t off = 0; off < block; off += chunk) {
         size_t n = SMDDP_MIN(chunk, block - off);
@@ -436,7 +437,7 @@ static smddp_status_t broadcast(step_t *s, int root)
 {
     smddp__op_t *op = s->op;
     int me = s->comm->local_rank;
-    size_t es = smddp_dtype_size(op->dtype), bytes = op->count * es;
+    size_t es = smddp__dtype_size(op->dtype), bytes = op->count * es;
     size_t chunk = chunk_bytes(s->c->half, es);
     for (size_t off = 0; off < bytes; off += chunk) {
         size_t n = SMDDP_MIN(chunk, bytes - off);

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "../dtype.h"
 #include "../reduce/elem.h"
 #include "kernels.h"
 
@@ -192,7 +193,7 @@ extern "C" int smddp__cuda_reduce(const smddp__reduce_spec_t *spec, void *dst,
     if (nsrc == 1 && spec->op != SMDDP_PREMUL_SUM &&
         !(spec->op == SMDDP_AVG && spec->avg_div > 0)) {
         if (dst == srcs[0]) return 0;
-        return (int)cudaMemcpyAsync(dst, srcs[0], count * smddp_dtype_size(spec->dtype),
+        return (int)cudaMemcpyAsync(dst, srcs[0], count * smddp__dtype_size(spec->dtype),
                                     cudaMemcpyDefault, st);
     }
     Srcs s = {};

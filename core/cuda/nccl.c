@@ -185,7 +185,7 @@ static smddp_status_t exchange(smddp_comm_t comm, smddp__op_t *op, const int64_t
                                const int64_t *rdispl)
 {
     smddp__nccl_comm_t nc = comm->nccl;
-    size_t es = smddp_dtype_size(op->dtype);
+    size_t es = smddp__dtype_size(op->dtype);
     int dt = nccl_dtype(op->dtype);
     NCCL_TRY(comm, api.GroupStart());
     for (int r = 0; r < comm->size; r++) {
@@ -246,8 +246,8 @@ smddp_status_t smddp__nccl_execute(smddp_comm_t comm, smddp__op_t *op)
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
                             "rank %d: %s with %s on CUDA memory across %d nodes: NCCL has no %s "
                             "and smddp's CUDA collectives stay inside a node",
-                            comm->rank, smddp__op_kind_name(op->kind), smddp_op_name(op->spec.op),
-                            comm->node_count, smddp_op_name(op->spec.op));
+                            comm->rank, smddp__op_kind_name(op->kind), smddp__redop_name(op->spec.op),
+                            comm->node_count, smddp__redop_name(op->spec.op));
     /* The caller has made the buffers' device current. */
     if (!comm->nccl) SMDDP_CHECK(init_comm(comm));
     smddp__nccl_comm_t nc = comm->nccl;

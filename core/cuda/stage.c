@@ -135,7 +135,7 @@ bool smddp__cuda_staged(smddp_comm_t comm, const smddp__op_t *op)
 /* Input and output bytes of op on this rank (0 where a buffer is unused). */
 static void op_bytes(smddp_comm_t comm, const smddp__op_t *op, size_t *in, size_t *out)
 {
-    size_t es = smddp_dtype_size(op->dtype), n = op->count * es, p = (size_t)comm->size;
+    size_t es = smddp__dtype_size(op->dtype), n = op->count * es, p = (size_t)comm->size;
     bool root = op->root == comm->rank;
     *in = *out = 0;
     switch (op->kind) {
@@ -285,7 +285,7 @@ static smddp_status_t enqueue(smddp__op_t *op, smddp__stage_t *s, size_t in, siz
 smddp_status_t smddp__cuda_stage_prepare(smddp_comm_t comm, smddp__op_t *op)
 {
     if (!smddp__cuda_staged(comm, op)) return SMDDP_OK;
-    size_t in, out, es = smddp_dtype_size(op->dtype);
+    size_t in, out, es = smddp__dtype_size(op->dtype);
     op_bytes(comm, op, &in, &out);
     const void *probe = out > 0                              ? op->recvbuf
                         : in > 0 && op->kind == SMDDP_OP_BROADCAST ? op->recvbuf
@@ -432,7 +432,7 @@ static smddp_status_t wait_ready(smddp_comm_t comm, smddp__op_t *op, int i)
 smddp_status_t smddp__cuda_stage_run(smddp_comm_t comm, smddp__op_t *op)
 {
     smddp__stage_t *s = op->stage;
-    size_t es = smddp_dtype_size(op->dtype), off, n;
+    size_t es = smddp__dtype_size(op->dtype), off, n;
     /* A reduce's non-roots get no result (the host path may use it as scratch). */
     bool gets = op->recvbuf && (op->kind != SMDDP_OP_REDUCE || op->root == comm->rank);
     for (int i = 0; i < s->nchunks; i++) {
@@ -464,7 +464,7 @@ smddp_status_t smddp__cuda_stage_finish(smddp__op_t *op, smddp_status_t st)
     smddp__stage_t *s = op->stage;
     if (!s) return st;
     op->stage = NULL;
-    size_t bytes = op->count * smddp_dtype_size(op->dtype);
+    size_t bytes = op->count * smddp__dtype_size(op->dtype);
     if (s->dev_dst && st == SMDDP_OK && bytes > 0) {
         /* A receive: the message to the device, on the stream, before the request is done. */
         int prev;

@@ -426,7 +426,7 @@ static smddp_status_t post_retry_check(smddp__ofi_t *o, int peer, int is_send, s
     } else {
         sched_yield();
     }
-    if (smddp__comm_poll_remote_abort(comm, now, peer))
+    if (smddp__comm_poll_abort(comm, now, peer))
         return smddp__error_quiet(SMDDP_ERR_ABORTED, "posting a %s of %zu bytes %s rank %d "
                                   "failed: communicator aborted: %s", is_send ? "send" : "receive",
                                   len, is_send ? "to" : "from", peer, comm->abort_msg);
@@ -587,7 +587,7 @@ smddp_status_t smddp__ofi_wait_until(smddp_comm_t comm, const smddp__op_t *op,
         }
         if (i % CHECK_EVERY) continue;
         char desc[256];
-        if (smddp__comm_poll_remote_abort(comm, smddp__now_ns(), blame.peer)) {
+        if (smddp__comm_poll_abort(comm, smddp__now_ns(), blame.peer)) {
             smddp__op_describe(op, desc, sizeof(desc));
             return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
                                       desc, comm->abort_msg);

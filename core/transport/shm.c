@@ -88,7 +88,7 @@ struct smddp__shm {
     int64_t yield_ns;
     bool op_active;
     uint32_t op_base;
-    smddp__shm_desc_t desc;
+    smddp__op_desc_t desc;
 };
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
@@ -447,7 +447,7 @@ static smddp_status_t wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uin
         now = smddp__now_ns();
         if (now - last_check >= SLICE_NS) {
             last_check = now;
-            if (smddp__comm_poll_remote_abort(comm, now, blame >= 0 ? comm->local_ranks[blame] : -1))
+            if (smddp__comm_poll_abort(comm, now, blame >= 0 ? comm->local_ranks[blame] : -1))
                 continue;
             if (blame >= 0 && atomic_load(&s->ctrl[blame].left) && !ready(s, arg)) {
                 smddp__op_describe(op, desc, sizeof(desc));
@@ -520,10 +520,10 @@ smddp_status_t smddp__shm_wait(smddp_comm_t comm, smddp__op_t *op, int lr, uint3
      * past this op has moved to the other slot; only a same-seq desc counts.
      */
     if (s->op_active && (int32_t)(target - s->op_base) > 0) {
-        smddp__shm_desc_t theirs;
+        smddp__op_desc_t theirs;
         if (smddp__shm_read_desc(comm, lr, s->desc.seq, &theirs) &&
             memcmp(&theirs, &s->desc, sizeof(theirs)) != 0)
-            return smddp__mismatch_error(comm, op, lr, &theirs);
+            return smddp__op_mismatch_error(op, comm->rank, comm->local_ranks[lr], &theirs);
     }
     return SMDDP_OK;
 }
@@ -539,10 +539,10 @@ smddp_status_t smddp__shm_wait(smddp_comm_t comm, smddp__op_t *op, int lr, uint3
 
 static _Atomic uint64_t *desc_seq(void *slot)
 {
-    return (_Atomic uint64_t *)((char *)slot + offsetof(smddp__shm_desc_t, seq));
+    return (_Atomic uint64_t *)((char *)slot + offsetof(smddp__op_desc_t, seq));
 }
 
-bool smddp__shm_read_desc(smddp_comm_t comm, int lr, uint64_t seq, smddp__shm_desc_t *out)
+bool smddp__shm_read_desc(smddp_comm_t comm, int lr, uint64_t seq, smddp__op_desc_t *out)
 {
     void *slot = smddp__shm_meta(comm, lr, (int)(seq & 1));
     uint64_t before = atomic_load_explicit(desc_seq(slot), memory_order_acquire);
@@ -555,7 +555,7 @@ bool smddp__shm_read_desc(smddp_comm_t comm, int lr, uint64_t seq, smddp__shm_de
     return atomic_load_explicit(desc_seq(slot), memory_order_relaxed) == seq && out->seq == seq;
 }
 
-void smddp__shm_op_begin(smddp_comm_t comm, const smddp__shm_desc_t *desc)
+void smddp__shm_op_begin(smddp_comm_t comm, const smddp__op_desc_t *desc)
 {
     smddp__shm_t *s = comm->shm;
     s->desc = *desc;
@@ -564,7 +564,7 @@ void smddp__shm_op_begin(smddp_comm_t comm, const smddp__shm_desc_t *desc)
     atomic_thread_fence(memory_order_release);
     volatile char *dst = slot;
     const char *src = (const char *)desc;
-    for (size_t i = offsetof(smddp__shm_desc_t, seq) + sizeof(desc->seq); i < sizeof(*desc); i++)
+    for (size_t i = offsetof(smddp__op_desc_t, seq) + sizeof(desc->seq); i < sizeof(*desc); i++)
         dst[i] = src[i];
     atomic_store_explicit(desc_seq(slot), desc->seq, memory_order_release);
     s->op_base = s->my_ctr;

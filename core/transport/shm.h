@@ -43,33 +43,19 @@ void smddp__shm_wait_policy(smddp_comm_t comm, int64_t *spin_ns, int64_t *yield_
 size_t smddp__shm_half_size(smddp_comm_t comm);
 
 /*
- * What every rank publishes about the collective it is running, so that a
- * peer running a different one (another count, dtype, op or root) is caught
- * at the first wait instead of producing a wrong result.
- */
-typedef struct smddp__shm_desc {
-    uint64_t seq;
-    int32_t kind;
-    int32_t dtype;
-    int32_t redop; /* -1 for ops that do not reduce */
-    int32_t root;  /* -1 for ops without a root */
-    uint64_t count;
-} smddp__shm_desc_t;
-
-/*
  * Publishes desc in this rank's metadata slot for desc->seq; until
  * smddp__shm_op_end, every wait for a post made during this op compares the
  * peer's published desc for the same seq and fails with SMDDP_ERR_MISMATCH
  * when they differ.
  */
-void smddp__shm_op_begin(smddp_comm_t comm, const smddp__shm_desc_t *desc);
+void smddp__shm_op_begin(smddp_comm_t comm, const smddp__op_desc_t *desc);
 void smddp__shm_op_end(smddp_comm_t comm);
 
 /*
  * Reads local rank lr's published desc for seq into out; false when the slot
  * holds another op's desc or is being rewritten (the peer has moved on).
  */
-bool smddp__shm_read_desc(smddp_comm_t comm, int lr, uint64_t seq, smddp__shm_desc_t *out);
+bool smddp__shm_read_desc(smddp_comm_t comm, int lr, uint64_t seq, smddp__op_desc_t *out);
 
 /* The whole mapped segment (for registering it with the network once). */
 void smddp__shm_segment(smddp_comm_t comm, void **base, size_t *len);

@@ -24,6 +24,7 @@
 #include "comm.h"
 #include "cuda/nccl.h"
 #include "param.h"
+#include "topo.h"
 #include "store/store.h"
 
 #if SMDDP_HAVE_CUDA

@@ -34,7 +34,10 @@
 
 #include "../transport/shm.h"
 #include "../cuda/stage.h"
-#include "p2p.h"
+#include "../fail.h"
+#include "../request.h"
+#include "../topo.h"
+#include "p2p_engine.h"
 
 #define P2P_MAGIC 0x50325031u
 #define CHECK_EVERY_NS (50 * 1000 * 1000LL)
@@ -66,7 +69,7 @@ static bool progress_send(smddp_comm_t comm, int lr)
     if (st->hdr_done == 0 && st->hdr.magic == 0) {
         st->hdr.magic = P2P_MAGIC;
         st->hdr.tag = op->tag;
-        st->hdr.bytes = op->count * smddp_dtype_size(op->dtype);
+        st->hdr.bytes = op->count * smddp__dtype_size(op->dtype);
     }
     if (st->hdr_done < sizeof(st->hdr)) {
         size_t n = smddp__shm_ring_put(comm, lr, (char *)&st->hdr + st->hdr_done,
@@ -100,7 +103,7 @@ static bool progress_recv(smddp_comm_t comm, int lr)
         st->hdr_done += n;
         moved += n;
         if (st->hdr_done < sizeof(st->hdr)) return moved > 0;
-        uint64_t want = op->count * smddp_dtype_size(op->dtype);
+        uint64_t want = op->count * smddp__dtype_size(op->dtype);
         if (st->hdr.magic != P2P_MAGIC) {
             char desc[256];
             smddp__op_describe(op, desc, sizeof(desc));
@@ -130,7 +133,7 @@ static bool progress_recv(smddp_comm_t comm, int lr)
                 "recv expects tag %d and %zu bytes (messages between two ranks are matched in "
                 "order); the message was discarded",
                 desc, op->root, (int)st->hdr.tag, st->hdr.bytes, op->tag,
-                op->count * smddp_dtype_size(op->dtype));
+                op->count * smddp__dtype_size(op->dtype));
         }
         finish(comm, &p->recvq[lr], st, result);
         return true;

@@ -1,16 +1,16 @@
 /*
  * The send/recv engine's state, shared by its two halves (private to
- * core/coll): p2p.c runs the thread, the FIFOs between ranks of one node
+ * core/p2p): p2p.c runs the thread, the FIFOs between ranks of one node
  * and the receives from any rank; p2p_net.c the messages to and from ranks
  * on other nodes, over comm->ofi_p2p. The functions declared here run on
  * the engine's thread (smddp__p2p_net_free after it has stopped); submit and
  * stop touch the state under its lock.
  */
-#ifndef SMDDP_CORE_P2P_H
-#define SMDDP_CORE_P2P_H
+#ifndef SMDDP_CORE_P2P_ENGINE_H
+#define SMDDP_CORE_P2P_ENGINE_H
 
 #include "../transport/ofi.h"
-#include "coll.h"
+#include "p2p.h"
 
 /* A message between ranks of a node: this header, then the payload. */
 typedef struct p2p_header {
@@ -97,4 +97,4 @@ void smddp__p2p_net_fail(smddp_comm_t comm, smddp_status_t st, const char *msg);
 /* At teardown, the engine's thread stopped: the endpoint's transfers and their records go. */
 void smddp__p2p_net_free(smddp_comm_t comm);
 
-#endif /* SMDDP_CORE_P2P_H */
+#endif /* SMDDP_CORE_P2P_ENGINE_H */

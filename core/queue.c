@@ -15,62 +15,14 @@
  * operations always run one at a time, in issue order. Completion (callback,
  * done flag, wake-up) happens after exec_lock is released.
  */
-#include <errno.h>
-#include <limits.h>
 #include <linux/futex.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#include "comm.h"
-#include "cuda/stage.h"
+#include "coll/coll.h"
+#include "fail.h"
+#include "p2p/p2p.h"
 #include "param.h"
-
-static long futex_private(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
-{
-    return syscall(SYS_futex, (uint32_t *)addr, op | FUTEX_PRIVATE_FLAG, val, ts, NULL, 0);
-}
-
-smddp__op_t *smddp__op_new(smddp_comm_t comm, smddp__op_kind_t kind)
-{
-    smddp__op_t *op = calloc(1, sizeof(*op));
-    if (!op) {
-        smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate a request");
-        return NULL;
-    }
-    op->comm = comm;
-    op->kind = kind;
-    op->root = -1;
-    op->spec.premul = 1.0;
-    atomic_init(&op->refs, 1);
-    atomic_init(&op->done, 0);
-    return op;
-}
-
-void smddp__request_unref(smddp__op_t *op)
-{
-    if (atomic_fetch_sub(&op->refs, 1) == 1) {
-        if (op->stage) (void)smddp__cuda_stage_finish(op, SMDDP_ERR_ABORTED); /* dropped unrun */
-        free(op->v);
-        free(op);
-    }
-}
-
-void smddp__op_complete(smddp__op_t *op, smddp_status_t st)
-{
-    /* The stream must never wait for an op that has ended. */
-    if (op->stage) st = smddp__cuda_stage_finish(op, st);
-    op->status = st;
-    if (st < 0) {
-        snprintf(op->errmsg, sizeof(op->errmsg), "%s", smddp__last_error());
-        smddp__comm_set_last_error(op->comm, op->errmsg);
-    }
-    if (op->on_complete) op->on_complete(op->on_complete_arg, st);
-    atomic_store(&op->done, 1);
-    if (atomic_load(&op->sleepers) > 0) futex_private(&op->done, FUTEX_WAKE, INT_MAX, NULL);
-}
+#include "queue.h"
 
 /* Executes one op (exec_lock held); failures abort the communicator so later ops fail fast. */
 static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op)
@@ -137,8 +89,6 @@ static bool run_head(smddp_comm_t comm)
     pthread_mutex_lock(&comm->exec_lock);
     return run_head_locked(comm, NULL);
 }
-
-_Thread_local bool smddp__library_thread;
 
 static void *progress_main(void *arg)
 {
@@ -236,13 +186,6 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
     return st;
 }
 
-smddp_status_t smddp__request_test(smddp__op_t *op)
-{
-    if (!atomic_load(&op->done)) return SMDDP_IN_PROGRESS;
-    if (op->status < 0) return smddp__error_quiet(op->status, "%s", op->errmsg);
-    return op->status;
-}
-
 /* True while op sits in its communicator's queue, not started. */
 static bool still_queued(smddp__op_t *op)
 {
@@ -275,24 +218,9 @@ smddp_status_t smddp__request_wait(smddp__op_t *op, int64_t timeout_ms)
             }
             struct timespec ts = {0, 200 * 1000};
             atomic_fetch_add(&op->sleepers, 1);
-            if (!atomic_load(&op->done)) futex_private(&op->done, FUTEX_WAIT, 0, &ts);
+            if (!atomic_load(&op->done)) smddp__futex(&op->done, FUTEX_WAIT, 0, &ts);
             atomic_fetch_sub(&op->sleepers, 1);
         }
     }
-    /* Capped at 1e12 ms, as communicator timeouts are: INT64_MAX ms must not wrap. */
-    int64_t capped_ms = SMDDP_MIN(timeout_ms, (int64_t)1000000000000LL);
-    int64_t deadline = timeout_ms >= 0 ? smddp__now_ns() + capped_ms * 1000000LL : 0;
-    for (int i = 0; i < 2000 && !atomic_load(&op->done); i++) smddp__cpu_relax();
-    while (!atomic_load(&op->done)) {
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        if (deadline) {
-            int64_t left = deadline - smddp__now_ns();
-            if (left <= 0) return SMDDP_IN_PROGRESS;
-            if (left < 100 * 1000 * 1000) ts.tv_nsec = left;
-        }
-        atomic_fetch_add(&op->sleepers, 1);
-        if (!atomic_load(&op->done)) futex_private(&op->done, FUTEX_WAIT, 0, &ts);
-        atomic_fetch_sub(&op->sleepers, 1);
-    }
-    return smddp__request_test(op);
+    return smddp__request_wait_done(op, timeout_ms);
 }

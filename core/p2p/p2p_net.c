@@ -10,7 +10,9 @@
 #include <stdlib.h>
 
 #include "../param.h"
-#include "p2p.h"
+#include "../fail.h"
+#include "../request.h"
+#include "p2p_engine.h"
 
 /* The (peer, direction) queue of an op for another node: 2 * peer (+1 for receives). */
 static int queue_of(const smddp__op_t *op) { return 2 * op->root + (op->kind == SMDDP_OP_RECV); }
@@ -42,7 +44,7 @@ static bool post_remote(smddp_comm_t comm, smddp__op_t *op)
         smddp__request_unref(op);
         return true;
     }
-    size_t bytes = op->count * smddp_dtype_size(op->dtype);
+    size_t bytes = op->count * smddp__dtype_size(op->dtype);
     uint64_t tag = op->seq << 32 | (uint32_t)op->tag;
     st = op->kind == SMDDP_OP_SEND
              ? smddp__ofi_try_post_on(comm->ofi_p2p, &r->x, 1, op->root, tag, 0,
@@ -138,7 +140,7 @@ bool smddp__p2p_net_progress(smddp_comm_t comm)
             smddp__op_t *op = r->op;
             char desc[256];
             smddp__op_describe(op, desc, sizeof(desc));
-            size_t want = op->count * smddp_dtype_size(op->dtype);
+            size_t want = op->count * smddp__dtype_size(op->dtype);
             smddp_status_t result = SMDDP_OK;
             if (r->x.status < 0)
                 result = smddp__error_quiet(r->x.status, "%s failed: %s", desc, r->x.err);

@@ -1,0 +1,22 @@
+/*
+ * Topology (topo.c): the ranks of a communicator grouped into nodes.
+ */
+#ifndef SMDDP_CORE_TOPO_H
+#define SMDDP_CORE_TOPO_H
+
+#include "comm.h"
+
+/* This process's node name (SMDDP_HOSTNAME, else the host name). */
+void smddp__node_name(char *out, size_t cap);
+
+/*
+ * Exchanges node names through comm's store and fills comm's topology:
+ * node_count, node, node_of, local_rank, local_size, local_ranks, and
+ * node_ranks when every node holds as many ranks.
+ */
+smddp_status_t smddp__topo_discover(smddp_comm_t comm);
+
+/* Local index of a comm rank on this node, or -1. */
+int smddp__local_index(smddp_comm_t comm, int rank);
+
+#endif /* SMDDP_CORE_TOPO_H */
