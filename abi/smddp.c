@@ -8,9 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll.h"
-#include "cuda/nccl.h"
 #include "cuda/stage.h"
+#include "exec.h"
 #include "comm.h"
 #include "fail.h"
 #include "queue.h"
@@ -191,6 +190,7 @@ void smddp_request_free(smddp_request_t req)
 typedef struct coll_check {
     const char *fn;
     smddp_comm_t comm;
+    smddp__op_kind_t kind;
 } coll_check_t;
 
 static smddp_status_t check_common(const coll_check_t *c, const smddp_coll_attr_t *attr)
@@ -200,26 +200,12 @@ static smddp_status_t check_common(const coll_check_t *c, const smddp_coll_attr_
         if (attr->size < sizeof(smddp_coll_attr_t))
             return INVALID(c->comm, "%s: attr->size is %zu; initialise attributes with "
                                     "SMDDP_COLL_ATTR_INIT", c->fn, attr->size);
-        if (attr->mem_type == SMDDP_MEM_CUDA) return fail(c->comm, smddp__cuda_check(c->comm, c->fn));
+        if (attr->mem_type == SMDDP_MEM_CUDA)
+            return fail(c->comm, smddp__route_check_cuda(c->comm, c->kind, c->fn));
         if (attr->mem_type != SMDDP_MEM_HOST)
             return INVALID(c->comm, "%s: unknown memory type %d; accepted: SMDDP_MEM_HOST, "
                                     "SMDDP_MEM_CUDA", c->fn, (int)attr->mem_type);
     }
-    return SMDDP_OK;
-}
-
-/* For the calls whose CUDA form only NCCL serves. */
-static smddp_status_t check_via_nccl(const coll_check_t *c, const smddp_coll_attr_t *attr)
-{
-    const char *why = NULL;
-    /* Across nodes, staging through host memory serves it unless NCCL is asked for. */
-    bool staged = c->comm->node_count > 1 && smddp__params()->cuda_net != 2;
-    if (attr && attr->mem_type == SMDDP_MEM_CUDA && !staged && !smddp__nccl(&why))
-        return fail(c->comm, smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                                          "%s: on CUDA memory this call goes through NCCL, which "
-                                          "could not be loaded (%s); set SMDDP_NCCL_LIBRARY, or "
-                                          "stage through host memory (SMDDP_MEM_HOST)",
-                                          c->fn, why));
     return SMDDP_OK;
 }
 
@@ -274,40 +260,10 @@ static smddp_status_t check_rank(const coll_check_t *c, const char *name, int r)
     return SMDDP_OK;
 }
 
-/*
- * Under SMDDP_CUDA_NET=auto, before a communicator spanning nodes issues its
- * first CUDA collective: every rank learns whether NCCL loads on all of
- * them (a host allreduce), so that all route alike (smddp__cuda_staged).
- */
-static smddp_status_t agree_cuda_net(smddp_comm_t comm)
-{
-    if (comm->node_count < 2 || smddp__params()->cuda_net != 0 || comm->cuda_nccl_everywhere >= 0)
-        return SMDDP_OK;
-    const char *why = NULL;
-    int32_t ok = smddp__nccl(&why) != NULL;
-    SMDDP_CHECK(smddp_allreduce(comm, &ok, &ok, 1, SMDDP_INT32, SMDDP_MIN, NULL, NULL));
-    comm->cuda_nccl_everywhere = ok;
-    if (!ok)
-        SMDDP_INFO("rank %d: NCCL does not load on every rank%s%s: CUDA collectives across nodes "
-                   "stage through host memory",
-                   comm->rank, why ? "; here: " : "", why ? why : "");
-    return SMDDP_OK;
-}
-
 static smddp_status_t submit(const coll_check_t *c, smddp__op_t *op, smddp_request_t *req)
 {
     if (!op) return fail(c->comm, SMDDP_ERR_NO_MEMORY);
-    if (op->mem_type == SMDDP_MEM_CUDA) {
-        smddp_status_t st = SMDDP_OK;
-        if (op->kind != SMDDP_OP_SEND && op->kind != SMDDP_OP_RECV)
-            st = agree_cuda_net(c->comm);
-        if (st == SMDDP_OK) st = smddp__cuda_stage_prepare(c->comm, op);
-        if (st != SMDDP_OK) {
-            smddp__request_unref(op);
-            return fail(c->comm, st);
-        }
-    }
-    return fail(c->comm, smddp__submit(c->comm, op, req));
+    return fail(c->comm, smddp__issue(c->comm, op, req));
 }
 
 static smddp__op_t *make_op(smddp_comm_t comm, smddp__op_kind_t kind, const void *sendbuf,
@@ -339,7 +295,7 @@ smddp_status_t smddp_allreduce(smddp_comm_t comm, const void *sendbuf, void *rec
                                int64_t count, smddp_dtype_t dtype, smddp_op_t op,
                                const smddp_coll_attr_t *attr, smddp_request_t *req)
 {
-    coll_check_t c = {"smddp_allreduce", comm};
+    coll_check_t c = {"smddp_allreduce", comm, SMDDP_OP_ALLREDUCE};
     SMDDP_CHECK(check_common(&c, attr));
     SMDDP_CHECK(check_dtype(&c, dtype));
     SMDDP_CHECK(check_op(&c, op, dtype));
@@ -354,7 +310,7 @@ smddp_status_t smddp_reduce(smddp_comm_t comm, const void *sendbuf, void *recvbu
                             smddp_dtype_t dtype, smddp_op_t op, int root,
                             const smddp_coll_attr_t *attr, smddp_request_t *req)
 {
-    coll_check_t c = {"smddp_reduce", comm};
+    coll_check_t c = {"smddp_reduce", comm, SMDDP_OP_REDUCE};
     SMDDP_CHECK(check_common(&c, attr));
     SMDDP_CHECK(check_dtype(&c, dtype));
     SMDDP_CHECK(check_op(&c, op, dtype));
@@ -369,7 +325,7 @@ smddp_status_t smddp_reduce(smddp_comm_t comm, const void *sendbuf, void *recvbu
 smddp_status_t smddp_broadcast(smddp_comm_t comm, void *buf, int64_t count, smddp_dtype_t dtype,
                                int root, const smddp_coll_attr_t *attr, smddp_request_t *req)
 {
-    coll_check_t c = {"smddp_broadcast", comm};
+    coll_check_t c = {"smddp_broadcast", comm, SMDDP_OP_BROADCAST};
     SMDDP_CHECK(check_common(&c, attr));
     SMDDP_CHECK(check_dtype(&c, dtype));
     SMDDP_CHECK(check_count(&c, "count", count, dtype, 1));
@@ -383,7 +339,7 @@ smddp_status_t smddp_allgather(smddp_comm_t comm, const void *sendbuf, void *rec
                                int64_t sendcount, smddp_dtype_t dtype,
                                const smddp_coll_attr_t *attr, smddp_request_t *req)
 {
-    coll_check_t c = {"smddp_allgather", comm};
+    coll_check_t c = {"smddp_allgather", comm, SMDDP_OP_ALLGATHER};
     SMDDP_CHECK(check_common(&c, attr));
     SMDDP_CHECK(check_dtype(&c, dtype));
     SMDDP_CHECK(check_count(&c, "sendcount", sendcount, dtype, comm->size));
@@ -397,7 +353,7 @@ smddp_status_t smddp_reduce_scatter(smddp_comm_t comm, const void *sendbuf, void
                                     int64_t recvcount, smddp_dtype_t dtype, smddp_op_t op,
                                     const smddp_coll_attr_t *attr, smddp_request_t *req)
 {
-    coll_check_t c = {"smddp_reduce_scatter", comm};
+    coll_check_t c = {"smddp_reduce_scatter", comm, SMDDP_OP_REDUCE_SCATTER};
     SMDDP_CHECK(check_common(&c, attr));
     SMDDP_CHECK(check_dtype(&c, dtype));
     SMDDP_CHECK(check_op(&c, op, dtype));
@@ -419,7 +375,7 @@ smddp_status_t smddp_alltoall(smddp_comm_t comm, const void *sendbuf, void *recv
                               int64_t count, smddp_dtype_t dtype, const smddp_coll_attr_t *attr,
                               smddp_request_t *req)
 {
-    coll_check_t c = {"smddp_alltoall", comm};
+    coll_check_t c = {"smddp_alltoall", comm, SMDDP_OP_ALLTOALL};
     SMDDP_CHECK(check_common(&c, attr));
     SMDDP_CHECK(check_dtype(&c, dtype));
     SMDDP_CHECK(check_count(&c, "count", count, dtype, comm->size));
@@ -455,9 +411,8 @@ smddp_status_t smddp_alltoallv(smddp_comm_t comm, const void *sendbuf, const int
                                const int64_t *rdispls, smddp_dtype_t dtype,
                                const smddp_coll_attr_t *attr, smddp_request_t *req)
 {
-    coll_check_t c = {"smddp_alltoallv", comm};
+    coll_check_t c = {"smddp_alltoallv", comm, SMDDP_OP_ALLTOALLV};
     SMDDP_CHECK(check_common(&c, attr));
-    SMDDP_CHECK(check_via_nccl(&c, attr));
     SMDDP_CHECK(check_dtype(&c, dtype));
     SMDDP_CHECK(check_v(&c, "sendcounts", sendcounts, "sdispls", sdispls, dtype));
     SMDDP_CHECK(check_v(&c, "recvcounts", recvcounts, "rdispls", rdispls, dtype));
@@ -493,7 +448,7 @@ smddp_status_t smddp_gather(smddp_comm_t comm, const void *sendbuf, void *recvbu
                             int64_t sendcount, smddp_dtype_t dtype, int root,
                             const smddp_coll_attr_t *attr, smddp_request_t *req)
 {
-    coll_check_t c = {"smddp_gather", comm};
+    coll_check_t c = {"smddp_gather", comm, SMDDP_OP_GATHER};
     SMDDP_CHECK(check_common(&c, attr));
     SMDDP_CHECK(check_dtype(&c, dtype));
     SMDDP_CHECK(check_count(&c, "sendcount", sendcount, dtype, comm->size));
@@ -508,7 +463,7 @@ smddp_status_t smddp_scatter(smddp_comm_t comm, const void *sendbuf, void *recvb
                              int64_t recvcount, smddp_dtype_t dtype, int root,
                              const smddp_coll_attr_t *attr, smddp_request_t *req)
 {
-    coll_check_t c = {"smddp_scatter", comm};
+    coll_check_t c = {"smddp_scatter", comm, SMDDP_OP_SCATTER};
     SMDDP_CHECK(check_common(&c, attr));
     SMDDP_CHECK(check_dtype(&c, dtype));
     SMDDP_CHECK(check_count(&c, "recvcount", recvcount, dtype, comm->size));
@@ -522,7 +477,7 @@ smddp_status_t smddp_scatter(smddp_comm_t comm, const void *sendbuf, void *recvb
 smddp_status_t smddp_barrier(smddp_comm_t comm, const smddp_coll_attr_t *attr,
                              smddp_request_t *req)
 {
-    coll_check_t c = {"smddp_barrier", comm};
+    coll_check_t c = {"smddp_barrier", comm, SMDDP_OP_BARRIER};
     smddp_coll_attr_t host;
     if (attr && attr->size >= sizeof(host)) {
         /* A barrier moves no buffers: only the callback is taken. */
@@ -557,7 +512,7 @@ static smddp_status_t p2p(const coll_check_t *c, smddp__op_kind_t kind, const vo
 smddp_status_t smddp_send(smddp_comm_t comm, const void *buf, int64_t count, smddp_dtype_t dtype,
                           int peer, int tag, const smddp_coll_attr_t *attr, smddp_request_t *req)
 {
-    coll_check_t c = {"smddp_send", comm};
+    coll_check_t c = {"smddp_send", comm, SMDDP_OP_SEND};
     if (!comm) return INVALID(NULL, "smddp_send: comm is NULL");
     return p2p(&c, SMDDP_OP_SEND, buf, NULL, count, dtype, peer, tag, attr, req);
 }
@@ -565,7 +520,7 @@ smddp_status_t smddp_send(smddp_comm_t comm, const void *buf, int64_t count, smd
 smddp_status_t smddp_recv(smddp_comm_t comm, void *buf, int64_t count, smddp_dtype_t dtype,
                           int peer, int tag, const smddp_coll_attr_t *attr, smddp_request_t *req)
 {
-    coll_check_t c = {"smddp_recv", comm};
+    coll_check_t c = {"smddp_recv", comm, SMDDP_OP_RECV};
     if (!comm) return INVALID(NULL, "smddp_recv: comm is NULL");
     return p2p(&c, SMDDP_OP_RECV, NULL, buf, count, dtype, peer, tag, attr, req);
 }

@@ -11,7 +11,7 @@
 
 #include "comm.h"
 #include "fail.h"
-#include "coll/coll.h"
+#include "cuda/coll_cuda.h"
 #include "p2p/p2p.h"
 #include "queue.h"
 #include "cuda/nccl.h"
@@ -87,7 +87,7 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
                comm->local_size, comm->node_count, comm->ofi ? ", ofi " : "",
                comm->ofi ? smddp__ofi_provider(comm) : "");
     static atomic_int said_nccl_mode;
-    if (smddp__params()->comm_backend == 1 && !atomic_exchange(&said_nccl_mode, 1))
+    if (smddp__params()->comm_backend == SMDDP_BACKEND_NCCL && !atomic_exchange(&said_nccl_mode, 1))
         SMDDP_INFO("SMDDP_COMMUNICATION_BACKEND=nccl: CUDA collectives go through NCCL; "
                    "host-memory ones stay on smddp's core");
     *out = comm;

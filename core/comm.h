@@ -120,6 +120,9 @@ static inline bool smddp__comm_poll_abort(struct smddp_comm *comm, int64_t now_n
     return atomic_load(&comm->aborted) != 0;
 }
 
+/* An algorithm: runs op on comm, on the calling thread (exec_lock held). */
+typedef smddp_status_t (*smddp__algo_fn)(smddp_comm_t comm, smddp__op_t *op);
+
 /* Creation through a store reference (takes one reference on success). */
 smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
                                   const char *prefix, int64_t timeout_ms,

@@ -87,6 +87,14 @@ int64_t smddp__now_ns(void);
 #define SMDDP_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define SMDDP_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* Splits n elements into p nearly equal pieces; piece q is [off, off + len). */
+static inline void smddp__piece(size_t n, int p, int q, size_t *off, size_t *len)
+{
+    size_t base = n / (size_t)p, rem = n % (size_t)p;
+    *off = (size_t)q * base + SMDDP_MIN((size_t)q, rem);
+    *len = base + ((size_t)q < rem ? 1 : 0);
+}
+
 /* A spin-wait hint to the CPU (x86 pause, Arm yield). */
 static inline void smddp__cpu_relax(void)
 {

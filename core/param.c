@@ -128,6 +128,9 @@ static const param_row_t rows[] = {
 };
 
 static smddp__params_t params;
+/* Enum settings are parsed into their fields as ints. */
+_Static_assert(sizeof(smddp__cuda_net_t) == sizeof(int) && sizeof(smddp__net_algo_t) == sizeof(int),
+               "enum settings are stored as int");
 /*
  * SMDDP_DEBUG as the log reads it on every SMDDP_LOG without a lock (log.c):
  * -1 until the settings are loaded, then kept in step with every (re)load.

@@ -9,6 +9,16 @@
 
 #include "common.h"
 
+/* The settings that choose among named values, in their tables' order (param.c). */
+typedef enum smddp__allreduce_algo {
+    SMDDP_ALLREDUCE_AUTO, SMDDP_ALLREDUCE_ONESHOT, SMDDP_ALLREDUCE_TWOSHOT
+} smddp__allreduce_algo_t;
+typedef enum smddp__simd { SMDDP_SIMD_AUTO, SMDDP_SIMD_SCALAR, SMDDP_SIMD_AVX2, SMDDP_SIMD_AVX512 } smddp__simd_t;
+typedef enum smddp__comm_backend { SMDDP_BACKEND_AUTO, SMDDP_BACKEND_NCCL } smddp__comm_backend_t;
+typedef enum smddp__cuda_net { SMDDP_CUDA_NET_AUTO, SMDDP_CUDA_NET_STAGED, SMDDP_CUDA_NET_NCCL } smddp__cuda_net_t;
+typedef enum smddp__net_algo { SMDDP_NET_AUTO, SMDDP_NET_FLAT, SMDDP_NET_HIER } smddp__net_algo_t;
+typedef enum smddp__ofi_mr { SMDDP_OFI_MR_AUTO, SMDDP_OFI_MR_ALWAYS } smddp__ofi_mr_t;
+
 typedef struct smddp__params {
     int debug_level;            /* SMDDP_DEBUG */
     char debug_file[256];       /* SMDDP_DEBUG_FILE */
@@ -20,25 +30,25 @@ typedef struct smddp__params {
     char hostname[256];         /* SMDDP_HOSTNAME: node identity override */
     char job_id[256];           /* SMDDP_JOB_ID: derives the store port of one-node jobs */
     int64_t oneshot_max;        /* SMDDP_ALLREDUCE_ONESHOT_MAX bytes */
-    int algo;                   /* SMDDP_ALLREDUCE_ALGO: 0 auto, 1 oneshot, 2 twoshot */
+    smddp__allreduce_algo_t algo; /* SMDDP_ALLREDUCE_ALGO */
     int64_t shm_buffer;         /* SMDDP_SHM_BUFFER_SIZE bytes per rank */
     int64_t stream_min;         /* SMDDP_STREAM_MIN: results this large bypass the caches */
     int64_t p2p_buffer;         /* SMDDP_P2P_BUFFER_SIZE bytes per rank pair */
     int spin;                   /* SMDDP_SPIN microseconds of busy-waiting */
     int yield;                  /* SMDDP_YIELD microseconds of sched_yield after spinning */
     int check;                  /* SMDDP_CHECK_ORDER: cross-rank op check */
-    int simd;                   /* SMDDP_SIMD: 0 auto, 1 scalar, 2 avx2, 3 avx512 */
+    smddp__simd_t simd;         /* SMDDP_SIMD */
     int inline_exec;            /* SMDDP_INLINE: blocking ops run on caller */
-    int comm_backend;           /* SMDDP_COMMUNICATION_BACKEND: 0 auto, 1 nccl */
+    smddp__comm_backend_t comm_backend; /* SMDDP_COMMUNICATION_BACKEND */
     int64_t cuda_buffer;        /* SMDDP_CUDA_BUFFER_SIZE bytes per rank */
     int64_t cuda_oneshot_max;   /* SMDDP_CUDA_ONESHOT_MAX bytes */
     char nccl_library[256];     /* SMDDP_NCCL_LIBRARY: "" = libnccl.so.2 */
-    int cuda_net;               /* SMDDP_CUDA_NET: 0 auto, 1 staged, 2 nccl */
+    smddp__cuda_net_t cuda_net; /* SMDDP_CUDA_NET */
     int64_t cuda_stage_chunk;   /* SMDDP_CUDA_STAGE_CHUNK bytes */
-    int net_algo;               /* SMDDP_NET_ALGO: 0 auto, 1 flat, 2 hier */
+    smddp__net_algo_t net_algo; /* SMDDP_NET_ALGO */
     int64_t net_leader_max;     /* SMDDP_NET_LEADER_MAX bytes */
     int ofi_max_inflight;       /* SMDDP_OFI_MAX_INFLIGHT */
-    int ofi_mr;                 /* SMDDP_OFI_MR: 0 auto, 1 always */
+    smddp__ofi_mr_t ofi_mr;     /* SMDDP_OFI_MR */
     int ofi_mr_cache;           /* SMDDP_OFI_MR_CACHE */
     char ofi_provider[64];      /* SMDDP_OFI_PROVIDER: "" = FI_PROVIDER, else efa, else tcp;ofi_rxm */
 } smddp__params_t;

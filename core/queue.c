@@ -18,7 +18,7 @@
 #include <linux/futex.h>
 #include <string.h>
 
-#include "coll/coll.h"
+#include "exec.h"
 #include "fail.h"
 #include "p2p/p2p.h"
 #include "param.h"
@@ -223,4 +223,39 @@ smddp_status_t smddp__request_wait(smddp__op_t *op, int64_t timeout_ms)
         }
     }
     return smddp__request_wait_done(op, timeout_ms);
+}
+
+/*
+ * Under SMDDP_CUDA_NET=auto, before a communicator spanning nodes issues its
+ * first CUDA collective: every rank learns whether NCCL loads on all of
+ * them (a host allreduce, in issue order like any op), so that all route alike.
+ */
+static smddp_status_t agree_cuda_route(smddp_comm_t comm)
+{
+    const char *why = NULL;
+    int32_t ok = smddp__route_nccl_here(&why);
+    smddp__op_t *op = smddp__op_new(comm, SMDDP_OP_ALLREDUCE);
+    if (!op) return SMDDP_ERR_NO_MEMORY;
+    op->sendbuf = op->recvbuf = &ok;
+    op->count = 1;
+    op->dtype = op->spec.dtype = SMDDP_INT32;
+    op->spec.op = SMDDP_MIN;
+    SMDDP_CHECK(smddp__submit(comm, op, NULL));
+    smddp__route_agreed(comm, ok, why);
+    return SMDDP_OK;
+}
+
+smddp_status_t smddp__issue(smddp_comm_t comm, smddp__op_t *op, smddp_request_t *req)
+{
+    if (op->mem_type == SMDDP_MEM_CUDA) {
+        smddp_status_t st = SMDDP_OK;
+        if (!smddp__op_traits(op->kind)->p2p && smddp__route_needs_agreement(comm))
+            st = agree_cuda_route(comm);
+        if (st == SMDDP_OK) st = smddp__route_prepare(comm, op);
+        if (st != SMDDP_OK) {
+            smddp__request_unref(op);
+            return st;
+        }
+    }
+    return smddp__submit(comm, op, req);
 }

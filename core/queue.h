@@ -17,6 +17,12 @@ void smddp__sched_stop(smddp_comm_t comm);
  */
 smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t *req);
 /*
+ * Issues op as the API does: for CUDA memory, first what the router needs
+ * at issue (agreement across nodes, a staged op's stream work), then
+ * smddp__submit. On error op is dropped.
+ */
+smddp_status_t smddp__issue(smddp_comm_t comm, smddp__op_t *op, smddp_request_t *req);
+/*
  * Waits for op, at most timeout_ms (< 0: no limit); an unbounded wait runs
  * the ops queued up to op on this thread when no other thread is running one.
  */

@@ -28,13 +28,6 @@
 
 #define MAX_LOCAL 256
 
-void smddp__piece(size_t n, int p, int q, size_t *off, size_t *len)
-{
-    size_t base = n / (size_t)p, rem = n % (size_t)p;
-    *off = (size_t)q * base + SMDDP_MIN((size_t)q, rem);
-    *len = base + ((size_t)q < rem ? 1 : 0);
-}
-
 static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
 {
     size_t es = smddp__dtype_size(op->dtype);
@@ -129,9 +122,9 @@ smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
     if (comm->local_size > MAX_LOCAL)
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "more than %d ranks on one node", MAX_LOCAL);
     bool oneshot;
-    if (params->algo == 1)
+    if (params->algo == SMDDP_ALLREDUCE_ONESHOT)
         oneshot = bytes <= smddp__shm_half_size(comm);
-    else if (params->algo == 2)
+    else if (params->algo == SMDDP_ALLREDUCE_TWOSHOT)
         oneshot = false;
     else
         /*

@@ -1,7 +1,6 @@
 /*
- * Dispatch, the cross-rank order check, and the data-movement collectives
- * that reduce nothing (broadcast, allgather, gather, scatter, all-to-all,
- * barrier). Every one moves data in rounds of one staging half: the writer
+ * The data-movement collectives among the ranks of one node that reduce
+ * nothing (broadcast, allgather, gather, scatter, all-to-all, barrier). Every one moves data in rounds of one staging half: the writer
  * copies into its own half, posts, and readers copy out of the writer's half
  * (see transport/shm.h for the counter protocol).
  */
@@ -10,14 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cuda/stage.h"
 #include "../copy.h"
 #include "../param.h"
 #include "../transport/shm.h"
 #include "../topo.h"
 #include "coll.h"
 
-static smddp_status_t broadcast(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__coll_broadcast(smddp_comm_t comm, smddp__op_t *op)
 {
     size_t bytes = op->count * smddp__dtype_size(op->dtype);
     size_t half = smddp__shm_half_size(comm);
@@ -70,7 +68,7 @@ static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root
     return SMDDP_OK;
 }
 
-static smddp_status_t scatter(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__coll_scatter(smddp_comm_t comm, smddp__op_t *op)
 {
     size_t es = smddp__dtype_size(op->dtype);
     size_t bytes = op->count * es; /* per rank */
@@ -194,7 +192,7 @@ static smddp_status_t alltoall_common(smddp_comm_t comm, smddp__op_t *op, const 
     return SMDDP_OK;
 }
 
-static smddp_status_t alltoall(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__coll_alltoall(smddp_comm_t comm, smddp__op_t *op)
 {
     int p = comm->size;
     int64_t *v = malloc(sizeof(int64_t) * 2 * (size_t)p);
@@ -208,90 +206,23 @@ static smddp_status_t alltoall(smddp_comm_t comm, smddp__op_t *op)
     return st;
 }
 
-/* SMDDP_CHECK_ORDER: one extra barrier so that every rank compares every peer's desc. */
-static smddp_status_t check_order(smddp_comm_t comm, smddp__op_t *op, const smddp__op_desc_t *mine)
+smddp_status_t smddp__coll_allgather(smddp_comm_t comm, smddp__op_t *op)
 {
-    SMDDP_CHECK(smddp__shm_sync(comm, op));
-    for (int q = 0; q < comm->local_size; q++) {
-        smddp__op_desc_t theirs;
-        /* A peer already two ops on has rewritten the slot: it got past this one. */
-        if (!smddp__shm_read_desc(comm, q, op->seq, &theirs)) continue;
-        if (memcmp(&theirs, mine, sizeof(theirs)) != 0)
-            return smddp__op_mismatch_error(op, comm->rank, comm->local_ranks[q], &theirs);
-    }
-    return SMDDP_OK;
+    return gather_common(comm, op, -1);
 }
 
-static smddp_status_t execute(smddp_comm_t comm, smddp__op_t *op);
-
-smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__coll_gather(smddp_comm_t comm, smddp__op_t *op)
 {
-    smddp__op_desc_t desc;
-    smddp__op_desc(op, &desc);
-    smddp__shm_op_begin(comm, &desc);
-    smddp_status_t st = SMDDP_OK;
-    if (smddp__params()->check) st = check_order(comm, op, &desc);
-    if (st == SMDDP_OK) st = execute(comm, op);
-    smddp__shm_op_end(comm);
-    return st;
+    return gather_common(comm, op, smddp__local_index(comm, op->root));
 }
 
-static smddp_status_t execute(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__coll_alltoallv(smddp_comm_t comm, smddp__op_t *op)
 {
-    if (op->stage) return smddp__cuda_stage_run(comm, op);
-    if (op->mem_type == SMDDP_MEM_CUDA && op->kind != SMDDP_OP_BARRIER)
-        return smddp__cuda_execute(comm, op);
-    return smddp__coll_execute_host(comm, op);
+    int p = comm->size;
+    return alltoall_common(comm, op, op->v, op->v + p, op->v + 2 * p, op->v + 3 * p, true);
 }
 
-smddp_status_t smddp__coll_execute_host(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__coll_barrier(smddp_comm_t comm, smddp__op_t *op)
 {
-    if (comm->node_count > 1) {
-        if (smddp__log_level() >= SMDDP_LOG_TRACE) {
-            char desc[256];
-            smddp__op_describe(op, desc, sizeof(desc));
-            SMDDP_TRACE("rank %d: %s through the network (flat), %d node(s)", comm->rank, desc,
-                        comm->node_count);
-        }
-        return smddp__net_execute(comm, op);
-    }
-    if (smddp__log_level() >= SMDDP_LOG_TRACE && op->kind != SMDDP_OP_ALLREDUCE) {
-        char desc[256];
-        smddp__op_describe(op, desc, sizeof(desc));
-        SMDDP_TRACE("rank %d: %s through shm, %d local rank(s)", comm->rank, desc,
-                    comm->local_size);
-    }
-    switch (op->kind) {
-    case SMDDP_OP_ALLREDUCE:
-        if (op->count == 0) return SMDDP_OK;
-        return smddp__allreduce(comm, op);
-    case SMDDP_OP_REDUCE:
-        if (op->count == 0) return SMDDP_OK;
-        return smddp__reduce_root(comm, op);
-    case SMDDP_OP_REDUCE_SCATTER:
-        if (op->count == 0) return SMDDP_OK;
-        return smddp__reduce_scatter(comm, op);
-    case SMDDP_OP_BROADCAST:
-        return broadcast(comm, op);
-    case SMDDP_OP_ALLGATHER:
-        return gather_common(comm, op, -1);
-    case SMDDP_OP_GATHER:
-        return gather_common(comm, op, smddp__local_index(comm, op->root));
-    case SMDDP_OP_SCATTER:
-        return scatter(comm, op);
-    case SMDDP_OP_ALLTOALL:
-        if (op->count == 0) return SMDDP_OK;
-        return alltoall(comm, op);
-    case SMDDP_OP_ALLTOALLV: {
-        int p = comm->size;
-        return alltoall_common(comm, op, op->v, op->v + p, op->v + 2 * p, op->v + 3 * p, true);
-    }
-    case SMDDP_OP_BARRIER:
-        return smddp__shm_sync(comm, op);
-    case SMDDP_OP_SEND:
-    case SMDDP_OP_RECV:
-    case SMDDP_OP_KIND_COUNT:
-        break;
-    }
-    return smddp__error(SMDDP_ERR_INTERNAL, "unknown operation kind %d", (int)op->kind);
+    return smddp__shm_sync(comm, op);
 }

@@ -344,7 +344,7 @@ static smddp_status_t reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
 }
 
 /* Allgather: counterparts swap their blocks over the network, then the node shares them. */
-static smddp_status_t allgather(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__hier_allgather(smddp_comm_t comm, smddp__op_t *op)
 {
     size_t es = smddp__dtype_size(op->dtype), n = op->count, bytes = n * es;
     int L = comm->local_size, N = comm->node_count, me = comm->local_rank, h;
@@ -384,7 +384,7 @@ static smddp_status_t allgather(smddp_comm_t comm, smddp__op_t *op)
 }
 
 /* Broadcast: a chain of the root's counterparts, then each node from its member of the chain. */
-static smddp_status_t broadcast(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__hier_broadcast(smddp_comm_t comm, smddp__op_t *op)
 {
     size_t bytes = op->count * smddp__dtype_size(op->dtype);
     size_t half = smddp__shm_half_size(comm);
@@ -423,7 +423,7 @@ static smddp_status_t broadcast(smddp_comm_t comm, smddp__op_t *op)
 }
 
 /* Barrier: everyone in the node arrives, the leaders meet, the node is released. */
-static smddp_status_t barrier(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__hier_barrier(smddp_comm_t comm, smddp__op_t *op)
 {
     SMDDP_CHECK(smddp__shm_sync(comm, op));
     if (comm->local_rank == 0) {
@@ -439,22 +439,13 @@ static smddp_status_t barrier(smddp_comm_t comm, smddp__op_t *op)
     return smddp__shm_sync(comm, op);
 }
 
-smddp_status_t smddp__hier_execute(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__hier_reduce(smddp_comm_t comm, smddp__op_t *op)
 {
-    switch (op->kind) {
-    case SMDDP_OP_ALLREDUCE:
-        return smddp__hier_allreduce(comm, op);
-    case SMDDP_OP_REDUCE_SCATTER:
-        return smddp__net_via_fp32(comm, op, op->count * (size_t)comm->size, op->count,
-                                   reduce_scatter);
-    case SMDDP_OP_ALLGATHER:
-        return allgather(comm, op);
-    case SMDDP_OP_BROADCAST:
-        return broadcast(comm, op);
-    case SMDDP_OP_BARRIER:
-        return barrier(comm, op);
-    default:
-        return smddp__error(SMDDP_ERR_INTERNAL, "no hierarchical algorithm for %s",
-                            smddp__op_kind_name(op->kind));
-    }
+    return smddp__net_reduce_by(comm, op, smddp__hier_allreduce);
+}
+
+smddp_status_t smddp__hier_reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
+{
+    return smddp__net_via_fp32(comm, op, op->count * (size_t)comm->size, op->count,
+                               reduce_scatter);
 }

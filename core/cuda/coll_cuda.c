@@ -31,7 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../coll/coll.h"
+#include "coll_cuda.h"
 #include "../param.h"
 #include "../transport/shm.h"
 #include "../topo.h"
@@ -450,19 +450,21 @@ static smddp_status_t broadcast(step_t *s, int root)
     return SMDDP_OK;
 }
 
-static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op);
+static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn algo,
+                                        bool ipc);
 
-/* Runs op, leaving the calling thread's current device as it found it. */
-smddp_status_t smddp__cuda_execute(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__cuda_execute(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn algo,
+                                   bool ipc)
 {
     int prev = -1;
     if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
-    smddp_status_t st = execute_on_device(comm, op);
+    smddp_status_t st = execute_on_device(comm, op, algo, ipc);
     if (prev >= 0 && !smddp__library_thread) cudaSetDevice(prev);
     return st;
 }
 
-static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op)
+static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn algo,
+                                        bool ipc)
 {
     const void *probe = op->recvbuf ? op->recvbuf : op->sendbuf;
     int dev = -1;
@@ -470,15 +472,7 @@ static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op)
     else if (comm->cuda) dev = comm->cuda->device;
     else CUDA_TRY(comm, cudaGetDevice(&dev));
     CUDA_TRY(comm, cudaSetDevice(dev));
-    const char *why = NULL;
-    if (smddp__nccl_route(comm, op, &why) || comm->local_size > SMDDP_CUDA_MAX_SRCS) {
-        static _Atomic uint32_t said;
-        uint32_t bit = 1u << (comm->node_count > 1 ? 1 : op->kind == SMDDP_OP_ALLTOALLV ? 2 : 0);
-        if (!(atomic_fetch_or(&said, bit) & bit))
-            SMDDP_INFO("CUDA %s goes to NCCL: %s (said once)", smddp__op_kind_name(op->kind),
-                       why ? why : "more local ranks than smddp's CUDA kernels combine");
-        return smddp__nccl_execute(comm, op);
-    }
+    if (!ipc) return algo(comm, op);
     if (!comm->cuda) SMDDP_CHECK(setup(comm, op, dev));
     if (comm->cuda->device != dev)
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
@@ -491,24 +485,37 @@ static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op)
         SMDDP_TRACE("rank %d: %s on GPU %d through CUDA IPC, %d local rank(s)", comm->rank, desc,
                     dev, comm->local_size);
     }
-    step_t s = {comm, op, comm->cuda, (cudaStream_t)op->stream, 0};
-    int root = op->root >= 0 ? smddp__local_index(comm, op->root) : -1;
-    switch (op->kind) {
-    case SMDDP_OP_ALLREDUCE: return allreduce(&s, -1);
-    case SMDDP_OP_REDUCE: return allreduce(&s, root);
-    case SMDDP_OP_BROADCAST: return broadcast(&s, root);
-    case SMDDP_OP_ALLGATHER: return gather(&s, -1);
-    case SMDDP_OP_GATHER: return gather(&s, root);
-    case SMDDP_OP_REDUCE_SCATTER: return blockwise(&s, -1, true);
-    case SMDDP_OP_ALLTOALL: return blockwise(&s, -1, false);
-    case SMDDP_OP_SCATTER: return blockwise(&s, root, false);
-    default:
-        return smddp__error(SMDDP_ERR_INTERNAL, "rank %d: %s has no CUDA implementation",
-                            comm->rank, smddp__op_kind_name(op->kind));
-    }
+    return algo(comm, op);
 }
 
-smddp_status_t smddp__cuda_check(smddp_comm_t comm, const char *fn)
+/* The step state of op, whose device is current and whose IPC state is set up. */
+static step_t step_of(smddp_comm_t comm, smddp__op_t *op)
+{
+    return (step_t){comm, op, comm->cuda, (cudaStream_t)op->stream, 0};
+}
+
+static int local_root(smddp_comm_t comm, const smddp__op_t *op)
+{
+    return op->root >= 0 ? smddp__local_index(comm, op->root) : -1;
+}
+
+#define CUDA_ALGO(name, body)                                              \
+    smddp_status_t smddp__cuda_ipc_##name(smddp_comm_t comm, smddp__op_t *op)  \
+    {                                                                      \
+        step_t s = step_of(comm, op);                                      \
+        return body;                                                       \
+    }
+CUDA_ALGO(allreduce, allreduce(&s, -1))
+CUDA_ALGO(reduce, allreduce(&s, local_root(comm, op)))
+CUDA_ALGO(broadcast, broadcast(&s, local_root(comm, op)))
+CUDA_ALGO(allgather, gather(&s, -1))
+CUDA_ALGO(gather, gather(&s, local_root(comm, op)))
+CUDA_ALGO(reduce_scatter, blockwise(&s, -1, true))
+CUDA_ALGO(alltoall, blockwise(&s, -1, false))
+CUDA_ALGO(scatter, blockwise(&s, local_root(comm, op), false))
+#undef CUDA_ALGO
+
+smddp_status_t smddp__cuda_usable(const char *fn)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -518,29 +525,23 @@ smddp_status_t smddp__cuda_check(smddp_comm_t comm, const char *fn)
                             "%s: SMDDP_MEM_CUDA given, but no CUDA device is usable here (%s)",
                             fn, e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
     }
-    const char *why = NULL;
-    if (comm->node_count > 1 && smddp__params()->cuda_net == 2 && !smddp__nccl(&why))
-        return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                            "%s: SMDDP_CUDA_NET=nccl sends CUDA memory across the %d nodes "
-                            "through NCCL, which could not be loaded (%s); set "
-                            "SMDDP_NCCL_LIBRARY, or SMDDP_CUDA_NET=auto to stage through host "
-                            "memory",
-                            fn, comm->node_count, why);
     return SMDDP_OK;
 }
 
 #else /* !SMDDP_HAVE_CUDA */
 
-smddp_status_t smddp__cuda_execute(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__cuda_execute(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn algo,
+                                   bool ipc)
 {
     (void)op;
+    (void)algo;
+    (void)ipc;
     return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "rank %d: this libsmddp was built without CUDA",
                         comm->rank);
 }
 
-smddp_status_t smddp__cuda_check(smddp_comm_t comm, const char *fn)
+smddp_status_t smddp__cuda_usable(const char *fn)
 {
-    (void)comm;
     return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
                         "%s: SMDDP_MEM_CUDA given, but this libsmddp was built without CUDA "
                         "(nvcc was not found at build time); pass host memory or rebuild with "

@@ -86,33 +86,13 @@ const smddp__nccl_api_t *smddp__nccl(const char **why)
 
 bool smddp__nccl_has_op(const smddp__op_t *op)
 {
-    bool reduces = op->kind == SMDDP_OP_ALLREDUCE || op->kind == SMDDP_OP_REDUCE ||
-                   op->kind == SMDDP_OP_REDUCE_SCATTER;
-    if (!reduces) return true;
+    if (!smddp__op_traits(op->kind)->reduces) return true;
     switch (op->spec.op) {
     case SMDDP_BAND:
     case SMDDP_BOR:
     case SMDDP_BXOR: return false;
     default: return true;
     }
-}
-
-bool smddp__nccl_route(smddp_comm_t comm, const smddp__op_t *op, const char **why)
-{
-    if (smddp__params()->comm_backend == 1 && smddp__nccl_has_op(op)) {
-        *why = "SMDDP_COMMUNICATION_BACKEND is nccl";
-        return true;
-    }
-    if (comm->node_count > 1) {
-        *why = "NCCL loads and crosses nodes with GPUDirect where the fabric allows "
-               "(SMDDP_CUDA_NET=staged stages through host memory instead)";
-        return true;
-    }
-    if (op->kind == SMDDP_OP_ALLTOALLV) {
-        *why = "smddp has no CUDA all-to-all with split sizes yet";
-        return true;
-    }
-    return false;
 }
 
 /* ---- execution -------------------------------------------------------------- */
@@ -234,6 +214,68 @@ static smddp_status_t uniform(smddp_comm_t comm, smddp__op_t *op, bool send_all,
     return st;
 }
 
+/* One NCCL call per kind: dt and redop are NCCL's values for op's dtype and reduction. */
+typedef struct nccl_call {
+    smddp_comm_t comm;
+    smddp__op_t *op;
+    smddp__nccl_comm_t nc;
+    int dt, redop;
+    const char *name; /* set by calls that return an NCCL result */
+} nccl_call_t;
+
+static int nccl_allreduce(nccl_call_t *c)
+{
+    c->name = "ncclAllReduce";
+    return api.AllReduce(c->op->sendbuf, c->op->recvbuf, c->op->count, c->dt, c->redop, c->nc,
+                         c->op->stream);
+}
+
+static int nccl_reduce(nccl_call_t *c)
+{
+    c->name = "ncclReduce";
+    return api.Reduce(c->op->sendbuf, c->op->recvbuf, c->op->count, c->dt, c->redop, c->op->root,
+                      c->nc, c->op->stream);
+}
+
+static int nccl_reduce_scatter(nccl_call_t *c)
+{
+    c->name = "ncclReduceScatter";
+    return api.ReduceScatter(c->op->sendbuf, c->op->recvbuf, c->op->count, c->dt, c->redop, c->nc,
+                             c->op->stream);
+}
+
+static int nccl_broadcast(nccl_call_t *c)
+{
+    c->name = "ncclBroadcast";
+    return api.Broadcast(c->op->recvbuf, c->op->recvbuf, c->op->count, c->dt, c->op->root, c->nc,
+                         c->op->stream);
+}
+
+static int nccl_allgather(nccl_call_t *c)
+{
+    c->name = "ncclAllGather";
+    return api.AllGather(c->op->sendbuf, c->op->recvbuf, c->op->count, c->dt, c->nc, c->op->stream);
+}
+
+/* The calls built of sends and receives fail with smddp's message (c->name stays NULL). */
+static int nccl_alltoall(nccl_call_t *c) { return uniform(c->comm, c->op, true, true); }
+static int nccl_gather_scatter(nccl_call_t *c) { return uniform(c->comm, c->op, false, false); }
+
+static int nccl_alltoallv(nccl_call_t *c)
+{
+    int p = c->comm->size;
+    const int64_t *v = c->op->v;
+    return exchange(c->comm, c->op, v, v + p, v + 2 * p, v + 3 * p);
+}
+
+static int (*const nccl_calls[SMDDP_OP_KIND_COUNT])(nccl_call_t *) = {
+    [SMDDP_OP_ALLREDUCE] = nccl_allreduce,    [SMDDP_OP_REDUCE] = nccl_reduce,
+    [SMDDP_OP_REDUCE_SCATTER] = nccl_reduce_scatter, [SMDDP_OP_BROADCAST] = nccl_broadcast,
+    [SMDDP_OP_ALLGATHER] = nccl_allgather,    [SMDDP_OP_ALLTOALL] = nccl_alltoall,
+    [SMDDP_OP_GATHER] = nccl_gather_scatter,  [SMDDP_OP_SCATTER] = nccl_gather_scatter,
+    [SMDDP_OP_ALLTOALLV] = nccl_alltoallv,
+};
+
 smddp_status_t smddp__nccl_execute(smddp_comm_t comm, smddp__op_t *op)
 {
     const char *why = NULL;
@@ -262,53 +304,24 @@ smddp_status_t smddp__nccl_execute(smddp_comm_t comm, smddp__op_t *op)
     case SMDDP_PREMUL_SUM: premul = true; break;
     default: break;
     }
-    bool reduces = op->kind == SMDDP_OP_ALLREDUCE || op->kind == SMDDP_OP_REDUCE ||
-                   op->kind == SMDDP_OP_REDUCE_SCATTER;
+    bool reduces = smddp__op_traits(op->kind)->reduces;
     if (reduces && premul) {
         char scalar[8];
         premul_scalar(op->dtype, op->spec.premul, scalar);
         NCCL_TRY(comm, api.RedOpCreatePreMulSum(&redop, scalar, dt, 1 /* host, immediate */, nc));
     }
-    smddp_status_t st = SMDDP_OK;
-    int res = 0;
-    const char *call = "";
-    switch (op->kind) {
-    case SMDDP_OP_ALLREDUCE:
-        call = "ncclAllReduce";
-        res = api.AllReduce(op->sendbuf, op->recvbuf, op->count, dt, redop, nc, op->stream);
-        break;
-    case SMDDP_OP_REDUCE:
-        call = "ncclReduce";
-        res = api.Reduce(op->sendbuf, op->recvbuf, op->count, dt, redop, op->root, nc, op->stream);
-        break;
-    case SMDDP_OP_REDUCE_SCATTER:
-        call = "ncclReduceScatter";
-        res = api.ReduceScatter(op->sendbuf, op->recvbuf, op->count, dt, redop, nc, op->stream);
-        break;
-    case SMDDP_OP_BROADCAST:
-        call = "ncclBroadcast";
-        res = api.Broadcast(op->recvbuf, op->recvbuf, op->count, dt, op->root, nc, op->stream);
-        break;
-    case SMDDP_OP_ALLGATHER:
-        call = "ncclAllGather";
-        res = api.AllGather(op->sendbuf, op->recvbuf, op->count, dt, nc, op->stream);
-        break;
-    case SMDDP_OP_ALLTOALL: st = uniform(comm, op, true, true); break;
-    case SMDDP_OP_GATHER:
-    case SMDDP_OP_SCATTER: st = uniform(comm, op, false, false); break;
-    case SMDDP_OP_ALLTOALLV: {
-        int p = comm->size;
-        st = exchange(comm, op, op->v, op->v + p, op->v + 2 * p, op->v + 3 * p);
-        break;
+    int (*call)(nccl_call_t *) =
+        (unsigned)op->kind < SMDDP_OP_KIND_COUNT ? nccl_calls[op->kind] : NULL;
+    if (!call) {
+        if (reduces && premul) api.RedOpDestroy(redop, nc);
+        return smddp__error(SMDDP_ERR_INTERNAL, "rank %d: %s has no NCCL path", comm->rank,
+                            smddp__op_kind_name(op->kind));
     }
-    default:
-        st = smddp__error(SMDDP_ERR_INTERNAL, "rank %d: %s has no NCCL path", comm->rank,
-                          smddp__op_kind_name(op->kind));
-        break;
-    }
+    nccl_call_t c = {comm, op, nc, dt, redop, NULL};
+    int res = call(&c);
     if (reduces && premul) api.RedOpDestroy(redop, nc);
-    if (res != 0) return nccl_error(comm, call, res);
-    return st;
+    if (c.name) return res != 0 ? nccl_error(comm, c.name, res) : SMDDP_OK;
+    return (smddp_status_t)res;
 }
 
 void smddp__nccl_teardown(smddp_comm_t comm)

@@ -63,9 +63,6 @@ typedef struct smddp__nccl_api {
  */
 const smddp__nccl_api_t *smddp__nccl(const char **why);
 
-/* Whether op goes to NCCL rather than smddp's own CUDA path; *why says why. */
-bool smddp__nccl_route(smddp_comm_t comm, const smddp__op_t *op, const char **why);
-
 /* Whether NCCL has op's reduction (it lacks the bitwise ones). */
 bool smddp__nccl_has_op(const smddp__op_t *op);
 

@@ -110,57 +110,6 @@ static smddp_status_t cuda_fail(const char *what, cudaError_t e)
         if (e_ != cudaSuccess) return cuda_fail(#call, e_);                   \
     } while (0)
 
-bool smddp__cuda_staged(smddp_comm_t comm, const smddp__op_t *op)
-{
-    if (op->mem_type != SMDDP_MEM_CUDA || op->kind == SMDDP_OP_BARRIER) return false;
-    if (op->kind == SMDDP_OP_SEND || op->kind == SMDDP_OP_RECV) return true; /* the only way */
-    if (comm->node_count < 2) return false;
-    const smddp__params_t *prm = smddp__params();
-    const char *why = NULL;
-    switch (prm->cuda_net) {
-    case 1: return true;                      /* staged */
-    case 2: return false;                     /* nccl */
-    default:
-        /*
-         * auto: NCCL where it loads on every rank and has the op (NCCL
-         * crosses nodes with GPUDirect where the fabric allows), staging
-         * otherwise.
-         */
-        if (!smddp__nccl_has_op(op)) return true;
-        if (comm->cuda_nccl_everywhere >= 0) return !comm->cuda_nccl_everywhere;
-        return !smddp__nccl(&why);
-    }
-}
-
-/* Input and output bytes of op on this rank (0 where a buffer is unused). */
-static void op_bytes(smddp_comm_t comm, const smddp__op_t *op, size_t *in, size_t *out)
-{
-    size_t es = smddp__dtype_size(op->dtype), n = op->count * es, p = (size_t)comm->size;
-    bool root = op->root == comm->rank;
-    *in = *out = 0;
-    switch (op->kind) {
-    case SMDDP_OP_ALLREDUCE: *in = *out = n; break;
-    case SMDDP_OP_REDUCE: *in = n; *out = root ? n : 0; break;
-    case SMDDP_OP_BROADCAST: *in = root ? n : 0; *out = root ? 0 : n; break;
-    case SMDDP_OP_ALLGATHER: *in = n; *out = n * p; break;
-    case SMDDP_OP_GATHER: *in = n; *out = root ? n * p : 0; break;
-    case SMDDP_OP_REDUCE_SCATTER: *in = n * p; *out = n; break;
-    case SMDDP_OP_ALLTOALL: *in = *out = n * p; break;
-    case SMDDP_OP_SCATTER: *in = root ? n * p : 0; *out = n; break;
-    case SMDDP_OP_SEND: *in = n; break;
-    case SMDDP_OP_RECV: *out = n; break;
-    case SMDDP_OP_ALLTOALLV:
-        /* v: sendcounts, sdispls, recvcounts, rdispls, in elements. */
-        for (size_t r = 0; r < p; r++) {
-            if (op->v[r] > 0) *in = SMDDP_MAX(*in, (size_t)(op->v[p + r] + op->v[r]) * es);
-            if (op->v[2 * p + r] > 0)
-                *out = SMDDP_MAX(*out, (size_t)(op->v[3 * p + r] + op->v[2 * p + r]) * es);
-        }
-        break;
-    default: break;
-    }
-}
-
 static bool elementwise(smddp__op_kind_t kind)
 {
     return kind == SMDDP_OP_ALLREDUCE || kind == SMDDP_OP_REDUCE || kind == SMDDP_OP_BROADCAST;
@@ -284,9 +233,8 @@ static smddp_status_t enqueue(smddp__op_t *op, smddp__stage_t *s, size_t in, siz
 
 smddp_status_t smddp__cuda_stage_prepare(smddp_comm_t comm, smddp__op_t *op)
 {
-    if (!smddp__cuda_staged(comm, op)) return SMDDP_OK;
     size_t in, out, es = smddp__dtype_size(op->dtype);
-    op_bytes(comm, op, &in, &out);
+    smddp__op_bytes(op, comm->size, comm->rank, &in, &out);
     const void *probe = out > 0                              ? op->recvbuf
                         : in > 0 && op->kind == SMDDP_OP_BROADCAST ? op->recvbuf
                         : in > 0                             ? op->sendbuf
@@ -429,7 +377,7 @@ static smddp_status_t wait_ready(smddp_comm_t comm, smddp__op_t *op, int i)
     }
 }
 
-smddp_status_t smddp__cuda_stage_run(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__cuda_stage_run(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn host)
 {
     smddp__stage_t *s = op->stage;
     size_t es = smddp__dtype_size(op->dtype), off, n;
@@ -453,7 +401,7 @@ smddp_status_t smddp__cuda_stage_run(smddp_comm_t comm, smddp__op_t *op)
         sub.count = elementwise(op->kind) ? n / es : op->count;
         sub.sendbuf = op->sendbuf ? s->host + off : NULL;
         sub.recvbuf = gets ? s->host + s->recv_off + off : NULL;
-        SMDDP_CHECK(smddp__coll_execute_host(comm, &sub));
+        SMDDP_CHECK(host(comm, &sub));
         __atomic_store_n(s->flag, (uint32_t)i + 1, __ATOMIC_RELEASE);
     }
     return SMDDP_OK;
@@ -514,13 +462,6 @@ void smddp__cuda_stage_teardown(smddp_comm_t comm)
 
 #else /* !SMDDP_HAVE_CUDA */
 
-bool smddp__cuda_staged(smddp_comm_t comm, const smddp__op_t *op)
-{
-    (void)comm;
-    (void)op;
-    return false;
-}
-
 smddp_status_t smddp__cuda_stage_prepare(smddp_comm_t comm, smddp__op_t *op)
 {
     (void)comm;
@@ -528,9 +469,10 @@ smddp_status_t smddp__cuda_stage_prepare(smddp_comm_t comm, smddp__op_t *op)
     return SMDDP_OK;
 }
 
-smddp_status_t smddp__cuda_stage_run(smddp_comm_t comm, smddp__op_t *op)
+smddp_status_t smddp__cuda_stage_run(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn host)
 {
     (void)op;
+    (void)host;
     return smddp__error(SMDDP_ERR_INTERNAL, "rank %d: staged CUDA op without CUDA", comm->rank);
 }
 

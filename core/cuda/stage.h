@@ -10,22 +10,18 @@
 #include "../comm.h"
 
 /*
- * True when op (on CUDA memory) crosses nodes through host staging rather
- * than NCCL: SMDDP_CUDA_NET=staged, or auto where NCCL does not load or lacks
- * the op. Every rank must decide alike (the same settings everywhere). Send
- * and receive on CUDA memory always stage (inside a node too).
- */
-bool smddp__cuda_staged(smddp_comm_t comm, const smddp__op_t *op);
-
-/*
- * At issue, on the caller's thread, before smddp__submit: for a staged op,
- * enqueues its copies and waits on op->stream and sets op->stage and
- * op->seq_span (the sequence numbers its chunks take). Otherwise does nothing.
+ * At issue, on the caller's thread, before smddp__submit, for an op the
+ * router sends through host staging (smddp__route_prepare): enqueues its
+ * copies and waits on op->stream and sets op->stage and op->seq_span (the
+ * sequence numbers its chunks take).
  */
 smddp_status_t smddp__cuda_stage_prepare(smddp_comm_t comm, smddp__op_t *op);
 
-/* In the op's turn: the host collective, chunk by chunk, releasing each to the stream. */
-smddp_status_t smddp__cuda_stage_run(smddp_comm_t comm, smddp__op_t *op);
+/*
+ * In the op's turn: the host collective (host, the router's host path),
+ * chunk by chunk, releasing each to the stream.
+ */
+smddp_status_t smddp__cuda_stage_run(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn host);
 
 /*
  * When the op completes with st, or is dropped: enqueues a receive's copy to

@@ -71,7 +71,7 @@ static reduce_isa_t best_isa(void)
 static int init_isa(void)
 {
     int want = best_isa();
-    int simd = smddp__params()->simd; /* 0 auto, else ISA index + 1 */
+    int simd = (int)smddp__params()->simd; /* SMDDP_SIMD_AUTO, else ISA index + 1 */
     if (simd > 0 && simd <= ISA_COUNT) {
         if (cpu_has((reduce_isa_t)(simd - 1)))
             want = simd - 1;

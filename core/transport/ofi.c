@@ -164,7 +164,7 @@ static smddp_status_t open_endpoint(smddp__ofi_t *o)
         return fi_error(rc, "fi_fabric");
     if ((rc = fi_domain(o->fabric, o->info, &o->domain, NULL)) != 0)
         return fi_error(rc, "fi_domain");
-    if ((o->info->domain_attr->mr_mode & FI_MR_LOCAL) || smddp__params()->ofi_mr == 1) {
+    if ((o->info->domain_attr->mr_mode & FI_MR_LOCAL) || smddp__params()->ofi_mr == SMDDP_OFI_MR_ALWAYS) {
         char what[96];
         snprintf(what, sizeof(what), "libfabric %s", o->provider);
         SMDDP_CHECK(smddp__mr_cache_new(smddp__params()->ofi_mr_cache, mr_reg, mr_dereg,

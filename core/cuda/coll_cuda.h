@@ -1,0 +1,35 @@
+/*
+ * Collectives on CUDA device memory among the ranks of one node, through
+ * CUDA IPC (coll_cuda.c). The router (exec.c) decides which ops come here.
+ */
+#ifndef SMDDP_CORE_CUDA_COLL_CUDA_H
+#define SMDDP_CORE_CUDA_COLL_CUDA_H
+
+#include "../comm.h"
+
+/*
+ * Runs algo for op with the buffers' device current, leaving the calling
+ * thread's device as it found it. With ipc, sets up the communicator's IPC
+ * state first (the first CUDA collective) and requires one device per
+ * communicator; without, algo is another path's (NCCL).
+ */
+smddp_status_t smddp__cuda_execute(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn algo,
+                                   bool ipc);
+
+/* The algorithms; op's device is current and the IPC state set up (smddp__cuda_execute). */
+smddp_status_t smddp__cuda_ipc_allreduce(smddp_comm_t comm, smddp__op_t *op);
+smddp_status_t smddp__cuda_ipc_reduce(smddp_comm_t comm, smddp__op_t *op);
+smddp_status_t smddp__cuda_ipc_broadcast(smddp_comm_t comm, smddp__op_t *op);
+smddp_status_t smddp__cuda_ipc_allgather(smddp_comm_t comm, smddp__op_t *op);
+smddp_status_t smddp__cuda_ipc_gather(smddp_comm_t comm, smddp__op_t *op);
+smddp_status_t smddp__cuda_ipc_reduce_scatter(smddp_comm_t comm, smddp__op_t *op);
+smddp_status_t smddp__cuda_ipc_alltoall(smddp_comm_t comm, smddp__op_t *op);
+smddp_status_t smddp__cuda_ipc_scatter(smddp_comm_t comm, smddp__op_t *op);
+
+/* Whether a CUDA device is usable here (fn names the caller in the message). */
+smddp_status_t smddp__cuda_usable(const char *fn);
+
+/* Frees the CUDA IPC state (destroy). */
+void smddp__cuda_teardown(smddp_comm_t comm);
+
+#endif /* SMDDP_CORE_CUDA_COLL_CUDA_H */
