@@ -8,6 +8,8 @@
  *
  *   header | ctrl[P] | meta[P][2] | ring ctrl[P][P] | data[P][2 halves] | ring data[P][P]
  *
+ * (shm_segment.h; the pair rings that carry send/recv are in shm_ring.c).
+ *
  * Each rank owns one counter (ctrl[r].ctr) that only it increments. Waiting
  * for a peer is "wait until its counter reaches a value": spin for a few
  * microseconds, then yield, then sleep on a futex on the counter, waking every
@@ -32,71 +34,14 @@
 #include <unistd.h>
 
 #include "../param.h"
-#include "shm.h"
-
-#define SHM_MAGIC 0x736d646470736d31ULL /* "smddpsm1" */
-#define CACHELINE 128
-#define SLICE_NS (50 * 1000 * 1000LL)
-#define ABORT_WRITING 0x80000000u
-#define AFFINITY_WORDS 12
-
-typedef struct shm_header {
-    uint64_t magic;
-    uint32_t nranks;
-    _Atomic uint32_t abort_flag; /* 0, or 1 + local rank that aborted */
-    char abort_msg[SMDDP_ERRMSG_MAX];
-} shm_header_t;
-
-typedef struct shm_ctrl {
-    _Atomic uint32_t ctr;
-    _Atomic uint32_t sleepers;
-    _Atomic int32_t pid;
-    _Atomic uint32_t left; /* set when the rank destroyed its communicator */
-    uint64_t cpus[AFFINITY_WORDS]; /* the rank's CPU affinity, CPUs 0-767 */
-    char pad[CACHELINE - 16 - AFFINITY_WORDS * 8];
-} shm_ctrl_t;
-
-/* One direction of a pair ring: a byte count and a futex tick, each on its own line. */
-typedef struct ring_side {
-    _Atomic uint64_t bytes;
-    _Atomic uint32_t tick;
-    _Atomic uint32_t sleepers;
-    char pad[CACHELINE - 16];
-} ring_side_t;
-
-typedef struct ring_ctrl {
-    ring_side_t tail; /* written by the sender */
-    ring_side_t head; /* written by the receiver */
-} ring_ctrl_t;
-
-struct smddp__shm {
-    char name[64];
-    void *base;
-    size_t len;
-    shm_header_t *hdr;
-    shm_ctrl_t *ctrl;
-    char *meta;
-    ring_ctrl_t *rings;
-    char *data;
-    char *ring_data;
-    size_t half;      /* bytes in one staging half */
-    size_t ring_size; /* bytes in one pair ring */
-    uint32_t my_ctr;
-    uint32_t free_at[2];
-    int next_half;
-    int64_t spin_ns;
-    int64_t yield_ns;
-    bool op_active;
-    uint32_t op_base;
-    smddp__op_desc_t desc;
-};
+#include "shm_segment.h"
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
 {
     return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
 }
 
-static void wake_word(_Atomic uint32_t *word, _Atomic uint32_t *sleepers)
+void smddp__shm_wake(_Atomic uint32_t *word, _Atomic uint32_t *sleepers)
 {
     if (atomic_load(sleepers) > 0) futex(word, FUTEX_WAKE, INT_MAX, NULL);
 }
@@ -504,7 +449,7 @@ uint32_t smddp__shm_post(smddp_comm_t comm)
     uint32_t v = ++s->my_ctr;
     /* seq_cst store, then the sleeper check: pairs with the waiter's increment-then-load. */
     atomic_store(&me->ctr, v);
-    wake_word(&me->ctr, &me->sleepers);
+    smddp__shm_wake(&me->ctr, &me->sleepers);
     return v;
 }
 
@@ -646,75 +591,6 @@ void *smddp__shm_meta(smddp_comm_t comm, int lr, int parity)
 {
     smddp__shm_t *s = comm->shm;
     return s->meta + ((size_t)lr * 2 + (size_t)(parity & 1)) * SMDDP_SHM_META_SIZE;
-}
-
-/* ---- point-to-point: a byte stream per ordered pair, never blocking --------- */
-
-static ring_ctrl_t *ring_of(smddp__shm_t *s, int p, int src, int dst)
-{
-    return &s->rings[src * p + dst];
-}
-
-static char *ring_data_of(smddp__shm_t *s, int p, int src, int dst)
-{
-    return s->ring_data + ((size_t)src * (size_t)p + (size_t)dst) * s->ring_size;
-}
-
-size_t smddp__shm_ring_put(smddp_comm_t comm, int dst_lr, const void *src, size_t len)
-{
-    smddp__shm_t *s = comm->shm;
-    ring_ctrl_t *r = ring_of(s, comm->local_size, comm->local_rank, dst_lr);
-    char *data = ring_data_of(s, comm->local_size, comm->local_rank, dst_lr);
-    const char *p = src;
-    size_t done = 0;
-    uint64_t tail = atomic_load_explicit(&r->tail.bytes, memory_order_relaxed);
-    uint64_t head = atomic_load_explicit(&r->head.bytes, memory_order_acquire);
-    while (done < len && tail - head < s->ring_size) {
-        size_t space = s->ring_size - (size_t)(tail - head);
-        size_t off = (size_t)(tail % s->ring_size);
-        size_t n = SMDDP_MIN(len - done, SMDDP_MIN(space, s->ring_size - off));
-        if (p) memcpy(data + off, p + done, n);
-        done += n;
-        tail += n;
-    }
-    if (done) {
-        atomic_store(&r->tail.bytes, tail);
-        atomic_fetch_add(&r->tail.tick, 1);
-        wake_word(&r->tail.tick, &r->tail.sleepers);
-    }
-    return done;
-}
-
-size_t smddp__shm_ring_get(smddp_comm_t comm, int src_lr, void *dst, size_t len)
-{
-    smddp__shm_t *s = comm->shm;
-    ring_ctrl_t *r = ring_of(s, comm->local_size, src_lr, comm->local_rank);
-    char *data = ring_data_of(s, comm->local_size, src_lr, comm->local_rank);
-    char *p = dst;
-    size_t done = 0;
-    uint64_t head = atomic_load_explicit(&r->head.bytes, memory_order_relaxed);
-    uint64_t tail = atomic_load_explicit(&r->tail.bytes, memory_order_acquire);
-    while (done < len && tail > head) {
-        size_t off = (size_t)(head % s->ring_size);
-        size_t n = SMDDP_MIN(len - done, SMDDP_MIN((size_t)(tail - head), s->ring_size - off));
-        if (p) memcpy(p + done, data + off, n);
-        done += n;
-        head += n;
-    }
-    if (done) {
-        atomic_store(&r->head.bytes, head);
-        atomic_fetch_add(&r->head.tick, 1);
-        wake_word(&r->head.tick, &r->head.sleepers);
-    }
-    return done;
-}
-
-size_t smddp__shm_ring_avail(smddp_comm_t comm, int src_lr)
-{
-    smddp__shm_t *s = comm->shm;
-    ring_ctrl_t *r = ring_of(s, comm->local_size, src_lr, comm->local_rank);
-    return (size_t)(atomic_load_explicit(&r->tail.bytes, memory_order_acquire) -
-                    atomic_load_explicit(&r->head.bytes, memory_order_relaxed));
 }
 
 int smddp__shm_peer_state(smddp_comm_t comm, int lr)

@@ -1,0 +1,71 @@
+/*
+ * The shared-memory segment's layout, private to the shared-memory
+ * transport's files (shm.c: setup, waits and steps; shm_ring.c: the pair
+ * rings of send/recv). See shm.c for the protocol.
+ */
+#ifndef SMDDP_CORE_TRANSPORT_SHM_SEGMENT_H
+#define SMDDP_CORE_TRANSPORT_SHM_SEGMENT_H
+
+#include "shm.h"
+
+#define SHM_MAGIC 0x736d646470736d31ULL /* "smddpsm1" */
+#define CACHELINE 128
+#define SLICE_NS (50 * 1000 * 1000LL)
+#define ABORT_WRITING 0x80000000u
+#define AFFINITY_WORDS 12
+
+typedef struct shm_header {
+    uint64_t magic;
+    uint32_t nranks;
+    _Atomic uint32_t abort_flag; /* 0, or 1 + local rank that aborted */
+    char abort_msg[SMDDP_ERRMSG_MAX];
+} shm_header_t;
+
+typedef struct shm_ctrl {
+    _Atomic uint32_t ctr;
+    _Atomic uint32_t sleepers;
+    _Atomic int32_t pid;
+    _Atomic uint32_t left; /* set when the rank destroyed its communicator */
+    uint64_t cpus[AFFINITY_WORDS]; /* the rank's CPU affinity, CPUs 0-767 */
+    char pad[CACHELINE - 16 - AFFINITY_WORDS * 8];
+} shm_ctrl_t;
+
+/* One direction of a pair ring: a byte count and a futex tick, each on its own line. */
+typedef struct ring_side {
+    _Atomic uint64_t bytes;
+    _Atomic uint32_t tick;
+    _Atomic uint32_t sleepers;
+    char pad[CACHELINE - 16];
+} ring_side_t;
+
+typedef struct ring_ctrl {
+    ring_side_t tail; /* written by the sender */
+    ring_side_t head; /* written by the receiver */
+} ring_ctrl_t;
+
+struct smddp__shm {
+    char name[64];
+    void *base;
+    size_t len;
+    shm_header_t *hdr;
+    shm_ctrl_t *ctrl;
+    char *meta;
+    ring_ctrl_t *rings;
+    char *data;
+    char *ring_data;
+    size_t half;      /* bytes in one staging half */
+    size_t ring_size; /* bytes in one pair ring */
+    uint32_t my_ctr;
+    uint32_t free_at[2];
+    int next_half;
+    int64_t spin_ns;
+    int64_t yield_ns;
+    bool op_active;
+    uint32_t op_base;
+    smddp__op_desc_t desc;
+};
+
+/* Wakes the threads asleep on word (counted in sleepers). */
+void smddp__shm_wake(_Atomic uint32_t *word, _Atomic uint32_t *sleepers);
+
+#endif /* SMDDP_CORE_TRANSPORT_SHM_SEGMENT_H */
