@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../plugin/nccl/interpose.h"
+#include "cuda/interpose.h"
 #include "gpu_util.h"
 #include "cuda/nccl.h"
 #include "param.h"

@@ -158,7 +158,7 @@ static const char *const api[] = {
 };
 #define NAPI (sizeof(api) / sizeof(api[0]))
 
-/* The NCCL calls the interposer (plugin/nccl) defines, and nothing else of NCCL's. */
+/* The NCCL calls the interposer (core/cuda/interpose.c) defines, and nothing else of NCCL's. */
 static const char *const interposed[] = {
     "ncclAllReduce", "ncclAllGather",   "ncclReduceScatter", "ncclGroupStart",
     "ncclGroupEnd",  "ncclCommDestroy", "ncclCommAbort",

@@ -1,5 +1,5 @@
 /*
- * The NCCL interposer's dispatch (plugin/nccl), on the CPU: the routing
+ * The NCCL interposer's dispatch (core/cuda/interpose.c), on the CPU: the routing
  * decision for every reason a call goes to NCCL, and the pass-through to a
  * fake NCCL library (fake_nccl.c) linked after libsmddp, as the real one is
  * found behind a preloaded libsmddp. Serving on a GPU is tested in
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "../../plugin/nccl/interpose.h"
+#include "cuda/interpose.h"
 #include "cuda/nccl.h"
 #include "param.h"
 

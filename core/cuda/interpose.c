@@ -21,11 +21,12 @@
 
 #include "interpose.h"
 
-#include "comm.h"
-#include "cuda/nccl.h"
-#include "param.h"
-#include "topo.h"
-#include "store/store.h"
+#include "../comm.h"
+#include "../param.h"
+#include "../queue.h"
+#include "../store/store.h"
+#include "../topo.h"
+#include "nccl.h"
 
 #if SMDDP_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -129,7 +130,7 @@ static void note_forward(const char *fn, const char *why)
 static bool enabled(void)
 {
     const char *use = getenv("USE_SMDDP_COLLECTIVES");
-    return use && strcmp(use, "1") == 0 && smddp__params()->comm_backend == 0;
+    return use && strcmp(use, "1") == 0 && smddp__params()->comm_backend == SMDDP_BACKEND_AUTO;
 }
 
 #if SMDDP_HAVE_CUDA
@@ -214,17 +215,20 @@ static void bootstrap(served_comm_t *e, void *nccl, void *stream)
     }
     if (!e->refused[0]) {
         smddp_store_t store;
-        smddp_comm_config_t cfg = SMDDP_COMM_CONFIG_INIT;
-        cfg.prefix = "smddp-nccl";
         smddp_status_t st = smddp__tcp_client_connect("127.0.0.1", all[0].port, 60000, server, &store);
         if (st == SMDDP_OK) {
             server = NULL; /* the client owns it now */
-            st = smddp_comm_create(&store, rank, nranks, &cfg, &e->comm);
+            smddp__store_ref_t *ref = smddp__store_ref_new(&store);
+            st = ref ? smddp__comm_create(ref, rank, nranks, "smddp-nccl", smddp__timeout_ms(-1),
+                                          &e->comm)
+                     : SMDDP_ERR_NO_MEMORY;
+            if (ref && st != SMDDP_OK) ref->table.release = NULL; /* released below */
+            smddp__store_unref(ref);
             if (st != SMDDP_OK) store.release(store.ctx);
         }
         if (st != SMDDP_OK)
             snprintf(e->refused, sizeof(e->refused), "creating its smddp communicator failed: %s",
-                     smddp_get_last_error(NULL));
+                     smddp__last_error());
         else
             SMDDP_INFO("NCCL communicator %p (rank %d of %d): its allreduce, allgather and "
                        "reduce_scatter on CUDA memory are served by smddp", nccl, rank, nranks);
@@ -234,6 +238,28 @@ static void bootstrap(served_comm_t *e, void *nccl, void *stream)
                    e->refused);
     smddp__tcp_server_stop(server);
     free(all);
+}
+
+/* Issues the call as the core's own op on the caller's stream, and waits for its issue. */
+static smddp_status_t serve(smddp_comm_t comm, smddp__ipose_kind_t kind, const void *send,
+                            void *recv, size_t count, smddp_dtype_t dt, smddp_op_t sop,
+                            void *stream)
+{
+    static const smddp__op_kind_t kinds[] = {
+        [SMDDP_IPOSE_ALLREDUCE] = SMDDP_OP_ALLREDUCE,
+        [SMDDP_IPOSE_ALLGATHER] = SMDDP_OP_ALLGATHER,
+        [SMDDP_IPOSE_REDUCE_SCATTER] = SMDDP_OP_REDUCE_SCATTER,
+    };
+    smddp__op_t *op = smddp__op_new(comm, kinds[kind]);
+    if (!op) return SMDDP_ERR_NO_MEMORY;
+    op->sendbuf = send;
+    op->recvbuf = recv;
+    op->count = count;
+    op->dtype = op->spec.dtype = dt;
+    op->spec.op = sop;
+    op->mem_type = SMDDP_MEM_CUDA;
+    op->stream = stream;
+    return smddp__issue(comm, op, NULL);
 }
 
 static served_comm_t *find_or_boot(void *nccl, void *stream)
@@ -258,7 +284,7 @@ static void forget(void *nccl)
         if ((*p)->nccl == nccl) {
             served_comm_t *e = *p;
             *p = e->next;
-            if (e->comm) smddp_comm_destroy(e->comm);
+            if (e->comm) smddp__comm_destroy(e->comm);
             free(e);
             break;
         }
@@ -305,17 +331,8 @@ static bool try_serve(const char *fn, smddp__ipose_kind_t kind, const void *send
         why = smddp__ipose_route(&c, &dt, &sop);
     }
     if (!why) {
-        smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
-        attr.mem_type = SMDDP_MEM_CUDA;
-        attr.stream = stream;
-        smddp_status_t st;
-        if (kind == SMDDP_IPOSE_ALLREDUCE)
-            st = smddp_allreduce(e->comm, send, recv, (int64_t)count, dt, sop, &attr, NULL);
-        else if (kind == SMDDP_IPOSE_ALLGATHER)
-            st = smddp_allgather(e->comm, send, recv, (int64_t)count, dt, &attr, NULL);
-        else
-            st = smddp_reduce_scatter(e->comm, send, recv, (int64_t)count, dt, sop, &attr, NULL);
-        if (st != SMDDP_OK) SMDDP_WARN("%s served by smddp failed: %s", fn, smddp_get_last_error(e->comm));
+        smddp_status_t st = serve(e->comm, kind, send, recv, count, dt, sop, stream);
+        if (st != SMDDP_OK) SMDDP_WARN("%s served by smddp failed: %s", fn, smddp__last_error());
         atomic_fetch_add(&served_count, 1);
         *res = st == SMDDP_OK ? NCCL_OK : NCCL_INTERNAL_ERROR;
         return true;

@@ -7,8 +7,8 @@
  * goes to the real NCCL (dlsym(RTLD_NEXT), else the library SMDDP_NCCL_LIBRARY
  * names) untouched.
  */
-#ifndef SMDDP_PLUGIN_NCCL_INTERPOSE_H
-#define SMDDP_PLUGIN_NCCL_INTERPOSE_H
+#ifndef SMDDP_CORE_CUDA_INTERPOSE_H
+#define SMDDP_CORE_CUDA_INTERPOSE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -56,4 +56,4 @@ int ncclCommAbort(void *comm);
 /* Calls served by smddp and handed to NCCL since the process started. */
 void smddp__ipose_counts(long *served, long *forwarded);
 
-#endif /* SMDDP_PLUGIN_NCCL_INTERPOSE_H */
+#endif /* SMDDP_CORE_CUDA_INTERPOSE_H */
