@@ -103,6 +103,16 @@ out:
     return st;
 }
 
+smddp_status_t smddp__topo_check(smddp_comm_t comm)
+{
+    if (comm->local_size > SMDDP_MAX_LOCAL)
+        return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                            "communicator creation: %d of its %d ranks share node %d (this rank's "
+                            "node); at most %d ranks per node are supported",
+                            comm->local_size, comm->size, comm->node, SMDDP_MAX_LOCAL);
+    return SMDDP_OK;
+}
+
 int smddp__local_index(smddp_comm_t comm, int rank)
 {
     for (int i = 0; i < comm->local_size; i++)

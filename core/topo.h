@@ -16,6 +16,18 @@ void smddp__node_name(char *out, size_t cap);
  */
 smddp_status_t smddp__topo_discover(smddp_comm_t comm);
 
+/*
+ * The most ranks one node may hold: the algorithms inside a node keep a
+ * table of every local rank's buffer on the stack.
+ */
+#define SMDDP_MAX_LOCAL 256
+
+/*
+ * The limits a communicator's topology must meet, checked once at creation
+ * rather than in every collective: SMDDP_ERR_NOT_SUPPORTED saying which.
+ */
+smddp_status_t smddp__topo_check(smddp_comm_t comm);
+
 /* Local index of a comm rank on this node, or -1. */
 int smddp__local_index(smddp_comm_t comm, int rank);
 

@@ -26,7 +26,7 @@
 #include "../topo.h"
 #include "coll.h"
 
-#define MAX_LOCAL 256
+#define MAX_LOCAL SMDDP_MAX_LOCAL /* checked at creation (topo.c) */
 
 static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
 {
@@ -119,8 +119,6 @@ smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
 {
     const smddp__params_t *params = smddp__params();
     size_t bytes = op->count * smddp__dtype_size(op->dtype);
-    if (comm->local_size > MAX_LOCAL)
-        return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "more than %d ranks on one node", MAX_LOCAL);
     bool oneshot;
     if (params->algo == SMDDP_ALLREDUCE_ONESHOT)
         oneshot = bytes <= smddp__shm_half_size(comm);
@@ -141,8 +139,6 @@ smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
 
 smddp_status_t smddp__reduce_root(smddp_comm_t comm, smddp__op_t *op)
 {
-    if (comm->local_size > MAX_LOCAL)
-        return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "more than %d ranks on one node", MAX_LOCAL);
     return allreduce_twoshot(comm, op, smddp__local_index(comm, op->root));
 }
 
@@ -158,8 +154,6 @@ smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
     smddp__reduce_spec_t spec = op->spec;
     spec.avg_div = comm->size;
 
-    if (p > MAX_LOCAL)
-        return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "more than %d ranks on one node", MAX_LOCAL);
     if (round_elems == 0) round_elems = 1;
     int stream = n * es >= (size_t)smddp__params()->stream_min / (size_t)p;
     for (size_t base = 0; base < n; base += round_elems) {

@@ -30,9 +30,11 @@
 #include "../copy.h"
 #include "../param.h"
 #include "../transport/shm.h"
+#include "../topo.h"
 #include "net.h"
 
 #define MAX_LOCAL SMDDP_NET_MAX_FUSE
+_Static_assert(MAX_LOCAL >= SMDDP_MAX_LOCAL, "a node's ranks fit the fused ring's sources");
 
 static int at(smddp_comm_t comm, int node, int lr)
 {
@@ -69,8 +71,6 @@ static void hier_free(hier_t *h)
 static smddp_status_t hier_init(smddp_comm_t comm, hier_t *h, int lr, size_t tmp_bytes)
 {
     size_t n = (size_t)comm->node_count;
-    if (comm->local_size > MAX_LOCAL)
-        return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "more than %d ranks on one node", MAX_LOCAL);
     h->ranks = malloc(n * sizeof(int));
     h->off = calloc(n, sizeof(size_t));
     h->len = calloc(n, sizeof(size_t));

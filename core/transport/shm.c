@@ -173,7 +173,7 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
 
     if (!s) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate shared-memory state");
     int p = comm->local_size;
-    s->half = align_up((size_t)SMDDP_MAX(params->shm_buffer / 2, 4096), 4096);
+    s->half = align_up((size_t)SMDDP_MAX(params->shm_buffer / 2, SMDDP_SHM_HALF_MIN), 4096);
     s->ring_size = align_up((size_t)SMDDP_MAX(params->p2p_buffer, 4096), 4096);
     s->len = total_size(s, p);
 

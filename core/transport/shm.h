@@ -40,6 +40,8 @@ void smddp__shm_step_end(smddp_comm_t comm, int half);
 void *smddp__shm_buf(smddp_comm_t comm, int lr, int half);
 /* How long this node's waits spin, then yield, before they sleep (see shm.c). */
 void smddp__shm_wait_policy(smddp_comm_t comm, int64_t *spin_ns, int64_t *yield_ns);
+/* Bytes in one staging half: SMDDP_SHM_BUFFER_SIZE / 2, at least SMDDP_SHM_HALF_MIN. */
+#define SMDDP_SHM_HALF_MIN 4096
 size_t smddp__shm_half_size(smddp_comm_t comm);
 
 /*

@@ -2,8 +2,8 @@
  * The operation's vocabulary (core/op.c): every kind has a row of traits with
  * every trait defined, the traits agree with what the API says of each kind,
  * buffer sizes follow from them, and ops are described and compared as the
- * error messages promise. The router's choices (core/exec.c) on a
- * communicator that is only a topology.
+ * error messages promise. The router's choices (core/exec.c) and the
+ * topology's limits (core/topo.c) on a communicator that is only a topology.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +18,7 @@
 #include "exec.h"
 #include "op.h"
 #include "param.h"
+#include "topo.h"
 
 static bool kind_is(smddp__op_kind_t k, const smddp__op_kind_t *set, size_t n)
 {
@@ -184,7 +185,8 @@ static struct smddp_comm *topology(int nodes, int per_node)
     c->node_count = nodes;
     c->local_size = per_node;
     c->cuda_nccl_everywhere = -1;
-    static int node_ranks[64];
+    static int node_ranks[2 * SMDDP_MAX_LOCAL];
+    assert_true(c->size <= 2 * SMDDP_MAX_LOCAL);
     for (int i = 0; i < c->size; i++) node_ranks[i] = i;
     c->node_ranks = node_ranks;
     return c;
@@ -228,6 +230,22 @@ static void test_router(void **state)
     free(flat);
 }
 
+static void test_topology_limits(void **state)
+{
+    (void)state;
+    struct smddp_comm *c = topology(1, SMDDP_MAX_LOCAL);
+    assert_int_equal(smddp__topo_check(c), SMDDP_OK);
+    free(c);
+    c = topology(2, 1);
+    c->local_size = SMDDP_MAX_LOCAL + 1; /* 257 ranks on this rank's node */
+    c->size = 300;
+    c->node = 1;
+    assert_int_equal(smddp__topo_check(c), SMDDP_ERR_NOT_SUPPORTED);
+    assert_non_null(strstr(smddp__last_error(), "257 of its 300 ranks share node 1"));
+    assert_non_null(strstr(smddp__last_error(), "at most 256 ranks per node"));
+    free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -237,6 +255,7 @@ int main(void)
         cmocka_unit_test(test_op_bytes),
         cmocka_unit_test(test_describe_and_mismatch),
         cmocka_unit_test(test_router),
+        cmocka_unit_test(test_topology_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
