@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs smddp_bench and (where built) smddp_bench_mpi in one go and prints the
-# markdown tables the README quotes: 2-rank allreduce against MPI and a
+# markdown tables bench/RESULTS.md quotes: 2-rank allreduce against MPI and a
 # single-thread memcpy measured in the same run, the other collectives at
 # 64 MiB, and 4 ranks. Usage: bench/compare.sh [build-dir]
 set -euo pipefail
