@@ -1,0 +1,210 @@
+/*
+ * Collectives among the ranks of one node: every collective on 1, 2, 3 and 4
+ * forked ranks (coll_ranks.c says how results are checked), with the
+ * algorithms forced and staging buffers shrunk, many requests outstanding,
+ * completion callbacks, and races between back-to-back operations.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "coll_ranks.h"
+
+/* ---- allreduce ------------------------------------------------------------- */
+
+static void test_allreduce_2(void **state) { (void)state; run(2, allreduce_rank, NULL); }
+static void test_allreduce_3(void **state) { (void)state; run(3, allreduce_rank, NULL); }
+static void test_allreduce_4(void **state) { (void)state; run(4, allreduce_rank, NULL); }
+
+/* Tiny staging buffers force many rounds and every algorithm switch point. */
+static void test_allreduce_small_buffers(void **state)
+{
+    (void)state;
+    run(3, allreduce_rank, "SMDDP_SHM_BUFFER_SIZE=8192 SMDDP_ALLREDUCE_ONESHOT_MAX=64 SMDDP_STREAM_MIN=1");
+}
+
+static void test_allreduce_oneshot_forced(void **state)
+{
+    (void)state;
+    run(3, allreduce_rank, "SMDDP_ALLREDUCE_ALGO=oneshot SMDDP_SHM_BUFFER_SIZE=8M");
+}
+
+static void test_allreduce_twoshot_forced(void **state)
+{
+    (void)state;
+    run(2, allreduce_rank, "SMDDP_ALLREDUCE_ALGO=twoshot SMDDP_SIMD=scalar");
+}
+
+/* ---- reduce, reduce_scatter ---------------------------------------------- */
+
+static void test_reduce_2(void **state) { (void)state; run(2, reduce_rank, NULL); }
+static void test_reduce_3(void **state) { (void)state; run(3, reduce_rank, NULL); }
+static void test_reduce_4(void **state) { (void)state; run(4, reduce_rank, NULL); }
+static void test_reduce_small_buffers(void **state)
+{
+    (void)state;
+    run(3, reduce_rank, "SMDDP_SHM_BUFFER_SIZE=8192 SMDDP_STREAM_MIN=1");
+}
+
+/* ---- data movement -------------------------------------------------------- */
+
+static void test_movement_2(void **state) { (void)state; run(2, movement_rank, NULL); }
+static void test_movement_3(void **state) { (void)state; run(3, movement_rank, NULL); }
+static void test_movement_4(void **state) { (void)state; run(4, movement_rank, NULL); }
+static void test_movement_small_buffers(void **state)
+{
+    (void)state;
+    run(3, movement_rank, "SMDDP_SHM_BUFFER_SIZE=8192 SMDDP_STREAM_MIN=1");
+}
+
+/* ---- alltoallv with uneven splits ------------------------------------------ */
+
+/*
+ * smddp_wait(A) runs the ops queued before A and A itself, never a later one.
+ * Rank 0 issues allreduces A and B, waits for A, then sends to rank 1; rank 1
+ * runs A, receives, then runs B. When the progress thread had taken A while
+ * the waiter queued for the execution lock, the waiter used to run B, which
+ * needs rank 1, which waits for the send: stuck until SMDDP_TIMEOUT.
+ */
+static void wait_runs_no_later_op_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size, (void)arg;
+    for (int it = 0; it < 300; it++) {
+        int32_t a = rank, b = rank, msg = it;
+        if (rank == 0) {
+            smddp_request_t ra, rb;
+            H_OK(smddp_allreduce(comm, &a, &a, 1, SMDDP_INT32, SMDDP_SUM, NULL, &ra));
+            H_OK(smddp_allreduce(comm, &b, &b, 1, SMDDP_INT32, SMDDP_SUM, NULL, &rb));
+            H_OK(smddp_wait(ra, SMDDP_WAIT_DEFAULT));
+            H_OK(smddp_send(comm, &msg, 1, SMDDP_INT32, 1, 0, NULL, NULL));
+            H_OK(smddp_wait(rb, SMDDP_WAIT_DEFAULT));
+            smddp_request_free(ra);
+            smddp_request_free(rb);
+        } else {
+            H_OK(smddp_allreduce(comm, &a, &a, 1, SMDDP_INT32, SMDDP_SUM, NULL, NULL));
+            H_OK(smddp_recv(comm, &msg, 1, SMDDP_INT32, 0, 0, NULL, NULL));
+            H_CHECK(msg == it, "iteration %d: received %d", it, msg);
+            H_OK(smddp_allreduce(comm, &b, &b, 1, SMDDP_INT32, SMDDP_SUM, NULL, NULL));
+        }
+        H_CHECK(a == 1 && b == 1, "iteration %d: sums %d and %d", it, a, b);
+    }
+}
+
+static void test_wait_runs_no_later_op(void **state)
+{
+    (void)state;
+    run(2, wait_runs_no_later_op_rank, "SMDDP_TIMEOUT=5");
+}
+
+static void test_alltoallv_2(void **state) { (void)state; run(2, alltoallv_rank, NULL); }
+static void test_alltoallv_3(void **state) { (void)state; run(3, alltoallv_rank, NULL); }
+static void test_alltoallv_4(void **state) { (void)state; run(4, alltoallv_rank, "SMDDP_SHM_BUFFER_SIZE=65536 SMDDP_STREAM_MIN=1"); }
+
+/* ---- many outstanding requests, completion callbacks ------------------------ */
+
+#define NOUT 32
+static void outstanding_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    smddp_request_t reqs[NOUT];
+    static float bufs[NOUT][1024];
+    for (int k = 0; k < NOUT; k++) {
+        for (int i = 0; i < 1024; i++) bufs[k][i] = (float)(k + rank + i % 5);
+        H_OK(smddp_allreduce(comm, bufs[k], bufs[k], 1024 * (k % 3 == 0 ? 1 : 1), SMDDP_FLOAT32,
+                             SMDDP_SUM, NULL, &reqs[k]));
+    }
+    /* Wait in reverse order: completion must not depend on wait order. */
+    for (int k = NOUT - 1; k >= 0; k--) {
+        H_OK(smddp_wait(reqs[k], SMDDP_WAIT_DEFAULT));
+        H_CHECK(smddp_test(reqs[k]) == SMDDP_OK, "test after wait");
+        /* Host memory is never "on a stream" (only staged CUDA requests are). */
+        H_CHECK(smddp_request_enqueued(reqs[k]) == 0, "a host request said it is enqueued");
+        smddp_request_free(reqs[k]);
+    }
+    for (int k = 0; k < NOUT; k++)
+        for (int i = 0; i < 1024; i++) {
+            float want = 0;
+            for (int r = 0; r < size; r++) want += (float)(k + r + i % 5);
+            H_CHECK(bufs[k][i] == want, "request %d element %d: %g != %g", k, i, bufs[k][i], want);
+        }
+}
+
+static void test_outstanding_3(void **state) { (void)state; run(3, outstanding_rank, NULL); }
+
+static void test_callbacks_2(void **state) { (void)state; run(2, callback_rank, NULL); }
+static void test_callbacks_3(void **state) { (void)state; run(3, callback_rank, NULL); }
+
+static void test_half_accuracy_1_node(void **state) { (void)state; run(4, half_accuracy_rank, NULL); }
+
+/*
+ * A collective with count 0 runs no step, so a peer can get two ops ahead
+ * and rewrite the desc slot this rank is reading for the mismatch check. The
+ * check must not report that half-written desc as a mismatch (it once did,
+ * about one run in a hundred of the small-buffer test). Ranks outnumber the
+ * cores so that a reader is often preempted between its wait and its read.
+ */
+static void empty_ops_race_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 20000; i++) {
+        int64_t h = i, all[16];
+        H_OK(smddp_allgather(comm, &h, all, 1, SMDDP_INT64, NULL, NULL));
+        for (int r = 0; r < size; r++) H_CHECK(all[r] == i, "iteration %d: rank %d sent %lld", i, r, (long long)all[r]);
+        H_OK(smddp_allreduce(comm, &h, &h, 0, SMDDP_INT64, SMDDP_SUM, NULL, NULL));
+        int64_t v = rank + i;
+        H_OK(smddp_allreduce(comm, &v, &v, 1, SMDDP_INT64, SMDDP_MAX, NULL, NULL));
+        H_CHECK(v == size - 1 + i, "iteration %d: max is %lld", i, (long long)v);
+    }
+}
+
+static void test_empty_ops_race(void **state)
+{
+    (void)state;
+    run(3, empty_ops_race_rank, NULL);
+    run(4, empty_ops_race_rank, "SMDDP_CHECK_ORDER=1");
+}
+
+static void test_single_rank(void **state)
+{
+    (void)state;
+    run(1, allreduce_rank, NULL);
+    run(1, movement_rank, NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_rank),
+        cmocka_unit_test(test_empty_ops_race),
+        cmocka_unit_test(test_allreduce_2),
+        cmocka_unit_test(test_allreduce_3),
+        cmocka_unit_test(test_allreduce_4),
+        cmocka_unit_test(test_allreduce_small_buffers),
+        cmocka_unit_test(test_allreduce_oneshot_forced),
+        cmocka_unit_test(test_allreduce_twoshot_forced),
+        cmocka_unit_test(test_reduce_2),
+        cmocka_unit_test(test_reduce_3),
+        cmocka_unit_test(test_reduce_4),
+        cmocka_unit_test(test_reduce_small_buffers),
+        cmocka_unit_test(test_movement_2),
+        cmocka_unit_test(test_movement_3),
+        cmocka_unit_test(test_movement_4),
+        cmocka_unit_test(test_movement_small_buffers),
+        cmocka_unit_test(test_alltoallv_2),
+        cmocka_unit_test(test_wait_runs_no_later_op),
+        cmocka_unit_test(test_alltoallv_3),
+        cmocka_unit_test(test_alltoallv_4),
+        cmocka_unit_test(test_outstanding_3),
+        cmocka_unit_test(test_callbacks_2),
+        cmocka_unit_test(test_callbacks_3),
+        cmocka_unit_test(test_half_accuracy_1_node),
+    };
+    /* TEST_FILTER=pattern runs only the matching tests (cmocka's wildcards). */
+    if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
