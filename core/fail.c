@@ -178,3 +178,13 @@ bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns, int waitin
     smddp__comm_abort(comm, SMDDP_ERR_ABORTED, msg);
     return true;
 }
+
+smddp_status_t smddp__comm_check_alive(smddp_comm_t comm, const smddp__op_t *op)
+{
+    smddp__comm_adopt_peer_abort(comm);
+    if (!atomic_load(&comm->aborted)) return SMDDP_OK;
+    char desc[256];
+    smddp__op_describe(op, desc, sizeof(desc));
+    return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s not run: the communicator was aborted: %s",
+                              desc, comm->abort_msg);
+}

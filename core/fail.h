@@ -36,5 +36,10 @@ void smddp__comm_abort_by_user(smddp_comm_t comm, const char *msg);
  * comm rank this rank waits for, or -1). True if comm is now aborted.
  */
 bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns, int waiting_for);
+/*
+ * Before op starts: adopts a peer's abort, then SMDDP_OK, or
+ * SMDDP_ERR_ABORTED naming op and the abort's message if comm is aborted.
+ */
+smddp_status_t smddp__comm_check_alive(smddp_comm_t comm, const smddp__op_t *op);
 
 #endif /* SMDDP_CORE_FAIL_H */

@@ -32,13 +32,7 @@ static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op)
      * up, so the op could still "succeed" here alone (a one-shot allreduce
      * does): adopt the peer's abort before running anything.
      */
-    smddp__comm_adopt_peer_abort(comm);
-    if (atomic_load(&comm->aborted)) {
-        char desc[256];
-        smddp__op_describe(op, desc, sizeof(desc));
-        return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s not run: the communicator was aborted: %s",
-                                  desc, comm->abort_msg);
-    }
+    SMDDP_CHECK(smddp__comm_check_alive(comm, op));
     op->deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
     smddp__clear_error();
     smddp_status_t st = smddp__op_execute(comm, op);

@@ -469,13 +469,7 @@ smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op)
         }
     }
     /* A small send would complete before the health check saw a peer's abort. */
-    smddp__comm_adopt_peer_abort(comm);
-    if (atomic_load(&comm->aborted)) {
-        char desc[256];
-        smddp__op_describe(op, desc, sizeof(desc));
-        return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s not run: the communicator was aborted: %s",
-                                  desc, comm->abort_msg);
-    }
+    SMDDP_CHECK(smddp__comm_check_alive(comm, op));
     op->deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
     atomic_fetch_add(&op->refs, 1); /* the engine's reference */
     pthread_mutex_lock(&p->lock);
