@@ -8,12 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap.h"
+#include "comm.h"
 #include "cuda/stage.h"
 #include "exec.h"
-#include "comm.h"
 #include "fail.h"
-#include "queue.h"
 #include "param.h"
+#include "queue.h"
 
 #define ACCEPTED_DTYPES "int8, uint8, int32, int64, float16, bfloat16, float32, float64"
 #define ACCEPTED_OPS "sum, prod, min, max, avg, premul_sum, band, bor, bxor"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "comm.h"
+#include "bootstrap.h"
 #include "param.h"
 #include "store/store.h"
 

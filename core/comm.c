@@ -1,7 +1,7 @@
 /*
- * Communicator lifecycle: rendezvous through the store, grouping ranks into
- * nodes, the shared-memory segment, the progress thread; split, abort and
- * destroy.
+ * Communicator life cycle: create (topology, the shared-memory segment, the
+ * network and its liveness watch across nodes, the progress thread), split
+ * and destroy. Abort and the last error are fail.c's.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,17 +10,17 @@
 #include <unistd.h>
 
 #include "comm.h"
-#include "fail.h"
 #include "cuda/coll_cuda.h"
-#include "p2p/p2p.h"
-#include "queue.h"
 #include "cuda/nccl.h"
 #include "cuda/stage.h"
+#include "fail.h"
+#include "p2p/p2p.h"
 #include "param.h"
+#include "queue.h"
 #include "topo.h"
 #include "transport/ofi.h"
-#include "transport/watch.h"
 #include "transport/shm.h"
+#include "transport/watch.h"
 
 #define TIMEOUT_MAX_MS 1000000000000LL /* see smddp__timeout_ms */
 

@@ -1,6 +1,7 @@
 /*
- * The communicator and the operations queued on it. Internal to core/ and
- * abi/; nothing here is exported.
+ * The communicator: the state every layer of the core reads (topology,
+ * transports, queue, abort), and its life cycle (comm.c). Internal to core/
+ * and abi/; nothing here is exported.
  */
 #ifndef SMDDP_CORE_COMM_H
 #define SMDDP_CORE_COMM_H
@@ -127,10 +128,7 @@ typedef smddp_status_t (*smddp__algo_fn)(smddp_comm_t comm, smddp__op_t *op);
 smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
                                   const char *prefix, int64_t timeout_ms,
                                   smddp_comm_t *out);
-smddp_status_t smddp__comm_create_from_env(const smddp_comm_config_t *config,
-                                           smddp_comm_t *out);
 smddp_status_t smddp__comm_split(smddp_comm_t comm, int color, int key, smddp_comm_t *out);
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm);
-
 
 #endif /* SMDDP_CORE_COMM_H */
