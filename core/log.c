@@ -89,7 +89,7 @@ static void log_init(void)
                     path);
         }
     }
-    __atomic_store_n(&smddp__log_level_cached, params->debug_level, __ATOMIC_RELEASE);
+    __atomic_store_n(&smddp__log_level_cached, (int)params->debug_level, __ATOMIC_RELEASE);
 }
 
 int smddp__log_level(void)

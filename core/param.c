@@ -129,7 +129,7 @@ static const param_row_t rows[] = {
 
 static smddp__params_t params;
 /* Enum settings are parsed into their fields as ints. */
-_Static_assert(sizeof(smddp__cuda_net_t) == sizeof(int) && sizeof(smddp__net_algo_t) == sizeof(int),
+_Static_assert(sizeof(smddp__cuda_net_t) == sizeof(int) && sizeof(smddp__log_level_t) == sizeof(int),
                "enum settings are stored as int");
 /*
  * SMDDP_DEBUG as the log reads it on every SMDDP_LOG without a lock (log.c):
@@ -279,7 +279,7 @@ void smddp__params_reload(void)
 {
     pthread_once(&params_once, params_load);
     params_load();
-    __atomic_store_n(&smddp__log_level_cached, params.debug_level, __ATOMIC_RELEASE);
+    __atomic_store_n(&smddp__log_level_cached, (int)params.debug_level, __ATOMIC_RELEASE);
 }
 
 static void format_value(const param_row_t *row, char *buf, size_t cap)

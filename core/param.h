@@ -20,7 +20,7 @@ typedef enum smddp__net_algo { SMDDP_NET_AUTO, SMDDP_NET_FLAT, SMDDP_NET_HIER } 
 typedef enum smddp__ofi_mr { SMDDP_OFI_MR_AUTO, SMDDP_OFI_MR_ALWAYS } smddp__ofi_mr_t;
 
 typedef struct smddp__params {
-    int debug_level;            /* SMDDP_DEBUG */
+    smddp__log_level_t debug_level; /* SMDDP_DEBUG */
     char debug_file[256];       /* SMDDP_DEBUG_FILE */
     int64_t timeout_ms;         /* SMDDP_TIMEOUT (seconds in the env) */
     int rank;                   /* SMDDP_RANK, -1 if unset */
