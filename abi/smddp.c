@@ -271,24 +271,16 @@ static smddp__op_t *make_op(smddp_comm_t comm, smddp__op_kind_t kind, const void
                             void *recvbuf, int64_t count, smddp_dtype_t dtype, smddp_op_t redop,
                             int root, const smddp_coll_attr_t *attr)
 {
-    smddp__op_t *op = smddp__op_new(comm, kind);
-    if (!op) return NULL;
-    op->sendbuf = sendbuf;
-    op->recvbuf = recvbuf;
-    op->count = (size_t)count;
-    op->dtype = dtype;
-    op->spec.dtype = dtype;
-    op->spec.op = redop;
-    op->spec.premul = attr ? attr->premul_factor : 1.0;
-    if (attr && kind != SMDDP_OP_BARRIER) {
+    smddp__op_t *op = smddp__op_make(comm, kind, sendbuf, recvbuf, (size_t)count, dtype, redop,
+                                     root);
+    if (!op || !attr) return op;
+    op->spec.premul = attr->premul_factor;
+    if (kind != SMDDP_OP_BARRIER) {
         op->mem_type = attr->mem_type;
         op->stream = attr->stream;
     }
-    if (attr) {
-        op->on_complete = attr->on_complete;
-        op->on_complete_arg = attr->on_complete_arg;
-    }
-    op->root = root;
+    op->on_complete = attr->on_complete;
+    op->on_complete_arg = attr->on_complete_arg;
     return op;
 }
 

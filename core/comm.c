@@ -151,15 +151,12 @@ smddp_status_t smddp__comm_split(smddp_comm_t comm, int color, int key, smddp_co
     if (!all) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate split table");
 
     /* The colours travel by an ordinary allgather, so split keeps issue order. */
-    smddp__op_t *op = smddp__op_new(comm, SMDDP_OP_ALLGATHER);
+    smddp__op_t *op = smddp__op_make(comm, SMDDP_OP_ALLGATHER, &mine, all, sizeof(mine),
+                                     SMDDP_UINT8, SMDDP_SUM, -1);
     if (!op) {
         free(all);
         return SMDDP_ERR_NO_MEMORY;
     }
-    op->sendbuf = &mine;
-    op->recvbuf = all;
-    op->count = sizeof(mine);
-    op->dtype = SMDDP_UINT8;
     /*
      * The allgather's sequence number names the split: the same on every
      * rank, also when threads split one parent at once (a counter bumped

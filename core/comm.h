@@ -113,12 +113,11 @@ struct smddp_comm {
     bool (*poll_abort)(struct smddp_comm *comm, int64_t now_ns, int waiting_for);
 };
 
-/* The transports' way to ask comm->poll_abort (aborted alone when none is installed). */
+/* The transports' way to ask comm->poll_abort (installed before any transport is set up). */
 static inline bool smddp__comm_poll_abort(struct smddp_comm *comm, int64_t now_ns,
                                           int waiting_for)
 {
-    if (comm->poll_abort) return comm->poll_abort(comm, now_ns, waiting_for);
-    return atomic_load(&comm->aborted) != 0;
+    return comm->poll_abort(comm, now_ns, waiting_for);
 }
 
 /* An algorithm: runs op on comm, on the calling thread (exec_lock held). */

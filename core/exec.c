@@ -198,11 +198,10 @@ smddp_status_t smddp__route_prepare(smddp_comm_t comm, smddp__op_t *op)
 
 /* ---- in the op's turn ------------------------------------------------------------ */
 
-/* Host memory: shared memory on one node, else the network. */
-static smddp_status_t run_host(smddp_comm_t comm, smddp__op_t *op)
+/* Host memory on its route: shared memory on one node, else the network. */
+static smddp_status_t run_host_on(smddp_comm_t comm, smddp__op_t *op, smddp__route_t route)
 {
     const algos_t *a = algos_of(op->kind);
-    smddp__route_t route = smddp__route(comm, op, NULL);
     smddp__algo_fn algo = route == SMDDP_ROUTE_SHM        ? a->shm
                           : route == SMDDP_ROUTE_NET_HIER ? a->hier
                                                           : a->flat;
@@ -227,17 +226,37 @@ static smddp_status_t run_host(smddp_comm_t comm, smddp__op_t *op)
     return smddp__net_run(comm, op, algo);
 }
 
-/* CUDA memory that does not stage: smddp's IPC kernels, or NCCL. */
-static smddp_status_t run_cuda(smddp_comm_t comm, smddp__op_t *op)
+/* The host path of a staged op's chunks (host memory: always a host route). */
+static smddp_status_t run_host(smddp_comm_t comm, smddp__op_t *op)
 {
+    return run_host_on(comm, op, smddp__route(comm, op, NULL));
+}
+
+/* An op in its turn, on the route smddp__route gives it. */
+static smddp_status_t run(smddp_comm_t comm, smddp__op_t *op)
+{
+    /* A staged op's stream work was enqueued at issue (smddp__route_prepare). */
+    if (op->stage) return smddp__cuda_stage_run(comm, op, run_host);
     const char *why = NULL;
-    if (smddp__route(comm, op, &why) == SMDDP_ROUTE_NCCL) {
+    smddp__route_t route = smddp__route(comm, op, &why);
+    switch (route) {
+    case SMDDP_ROUTE_SHM:
+    case SMDDP_ROUTE_NET_FLAT:
+    case SMDDP_ROUTE_NET_HIER:
+        return run_host_on(comm, op, route);
+    case SMDDP_ROUTE_NCCL: {
         static _Atomic uint32_t said;
         uint32_t bit = 1u << (comm->node_count > 1 ? 1 : op->kind == SMDDP_OP_ALLTOALLV ? 2 : 0);
         if (!(atomic_fetch_or(&said, bit) & bit))
             SMDDP_INFO("CUDA %s goes to NCCL: %s (said once)", smddp__op_kind_name(op->kind),
                        why);
         return smddp__cuda_execute(comm, op, smddp__nccl_execute, false);
+    }
+    case SMDDP_ROUTE_CUDA_IPC:
+        break;
+    case SMDDP_ROUTE_CUDA_STAGED:
+        return smddp__error(SMDDP_ERR_INTERNAL, "rank %d: %s routed through host staging was "
+                            "not staged at issue", comm->rank, smddp__op_kind_name(op->kind));
     }
     smddp__algo_fn algo = algos_of(op->kind)->cuda;
     if (!algo)
@@ -267,14 +286,7 @@ smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op)
     smddp__shm_op_begin(comm, &desc);
     smddp_status_t st = SMDDP_OK;
     if (smddp__params()->check) st = check_order(comm, op, &desc);
-    if (st == SMDDP_OK) {
-        if (op->stage)
-            st = smddp__cuda_stage_run(comm, op, run_host);
-        else if (op->mem_type == SMDDP_MEM_CUDA && op->kind != SMDDP_OP_BARRIER)
-            st = run_cuda(comm, op);
-        else
-            st = run_host(comm, op);
-    }
+    if (st == SMDDP_OK) st = run(comm, op);
     smddp__shm_op_end(comm);
     return st;
 }

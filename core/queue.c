@@ -228,12 +228,9 @@ static smddp_status_t agree_cuda_route(smddp_comm_t comm)
 {
     const char *why = NULL;
     int32_t ok = smddp__route_nccl_here(&why);
-    smddp__op_t *op = smddp__op_new(comm, SMDDP_OP_ALLREDUCE);
+    smddp__op_t *op =
+        smddp__op_make(comm, SMDDP_OP_ALLREDUCE, &ok, &ok, 1, SMDDP_INT32, SMDDP_MIN, -1);
     if (!op) return SMDDP_ERR_NO_MEMORY;
-    op->sendbuf = op->recvbuf = &ok;
-    op->count = 1;
-    op->dtype = op->spec.dtype = SMDDP_INT32;
-    op->spec.op = SMDDP_MIN;
     SMDDP_CHECK(smddp__submit(comm, op, NULL));
     smddp__route_agreed(comm, ok, why);
     return SMDDP_OK;

@@ -38,6 +38,21 @@ smddp__op_t *smddp__op_new(smddp_comm_t comm, smddp__op_kind_t kind)
     return op;
 }
 
+smddp__op_t *smddp__op_make(smddp_comm_t comm, smddp__op_kind_t kind, const void *sendbuf,
+                            void *recvbuf, size_t count, smddp_dtype_t dtype, smddp_op_t redop,
+                            int root)
+{
+    smddp__op_t *op = smddp__op_new(comm, kind);
+    if (!op) return NULL;
+    op->sendbuf = sendbuf;
+    op->recvbuf = recvbuf;
+    op->count = count;
+    op->dtype = op->spec.dtype = dtype;
+    op->spec.op = redop;
+    op->root = root;
+    return op;
+}
+
 void smddp__request_unref(smddp__op_t *op)
 {
     if (atomic_fetch_sub(&op->refs, 1) == 1) {

@@ -11,6 +11,13 @@
 
 /* A new op of kind on comm, with one reference (the caller's); NULL when out of memory. */
 smddp__op_t *smddp__op_new(smddp_comm_t comm, smddp__op_kind_t kind);
+/*
+ * A new op of kind with its buffers, count, dtype, reduction and root (-1:
+ * none) set; host memory, premul 1. NULL when out of memory.
+ */
+smddp__op_t *smddp__op_make(smddp_comm_t comm, smddp__op_kind_t kind, const void *sendbuf,
+                            void *recvbuf, size_t count, smddp_dtype_t dtype, smddp_op_t redop,
+                            int root);
 /* Drops one reference; the last frees op (and releases a staged op's stream unrun). */
 void smddp__request_unref(smddp__op_t *op);
 

@@ -24,6 +24,7 @@
 #include "../comm.h"
 #include "../param.h"
 #include "../queue.h"
+#include "../request.h"
 #include "../store/store.h"
 #include "../topo.h"
 #include "nccl.h"
@@ -250,13 +251,8 @@ static smddp_status_t serve(smddp_comm_t comm, smddp__ipose_kind_t kind, const v
         [SMDDP_IPOSE_ALLGATHER] = SMDDP_OP_ALLGATHER,
         [SMDDP_IPOSE_REDUCE_SCATTER] = SMDDP_OP_REDUCE_SCATTER,
     };
-    smddp__op_t *op = smddp__op_new(comm, kinds[kind]);
+    smddp__op_t *op = smddp__op_make(comm, kinds[kind], send, recv, count, dt, sop, -1);
     if (!op) return SMDDP_ERR_NO_MEMORY;
-    op->sendbuf = send;
-    op->recvbuf = recv;
-    op->count = count;
-    op->dtype = op->spec.dtype = dt;
-    op->spec.op = sop;
     op->mem_type = SMDDP_MEM_CUDA;
     op->stream = stream;
     return smddp__issue(comm, op, NULL);
