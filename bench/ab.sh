@@ -54,9 +54,11 @@ if [ $# -eq 4 ]; then
     done
 fi
 
-python3 - "$tmp" "$A" "$B" <<'PY'
+python3 - "$tmp" "$A" "$B" "$here" <<'PY'
 import csv, glob, os, sys
 d, a_dir, b_dir = sys.argv[1:4]
+sys.path.insert(0, sys.argv[4])
+from torch_bench import fmt_size as size
 def best_c(tag):
     out = {}
     for p in glob.glob(os.path.join(d, f"c.{tag}.*.csv")):
@@ -69,10 +71,6 @@ def best_c(tag):
             out[key] = min(out.get(key, t), t)
     return out
 a, b = best_c("a"), best_c("b")
-def size(n):
-    for u, s in (("MiB", 20), ("KiB", 10)):
-        if n >= 1 << s and n % (1 << s) == 0: return f"{n >> s} {u}"
-    return f"{n} B"
 print(f"## smddp_bench: A = {a_dir}, B = {b_dir} (best of each, us)\n")
 print("| collective, ranks | size | A us | B us | A / B |")
 print("|---|---:|---:|---:|---:|")

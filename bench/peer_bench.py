@@ -31,32 +31,16 @@ import argparse
 import csv
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import traceback
 
+from torch_bench import fmt_size, free_port, parse_size, pin  # same folder
+
 PEERS = ("smddp", "gloo", "deepspeed", "mpi")
 OPS = ("allreduce", "allgather")
 DTYPES = ("fp32", "bf16")
-
-
-def parse_size(text: str) -> int:
-    t = text.strip().upper().rstrip("B")
-    mult = 1
-    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
-        if t.endswith(suffix):
-            t, mult = t[:-1], m
-            break
-    return int(float(t) * mult)
-
-
-def fmt_size(n: int) -> str:
-    for suffix, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= m and n % m == 0:
-            return f"{n // m} {suffix}iB"
-    return f"{n} B"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -110,7 +94,7 @@ class Peer:
         return self.allreduce if op == "allreduce" else self.allgather
 
 
-def make_peers(args, rank, n, dist, torch, ctl, mpi_comm):
+def make_peers(args, dist, torch, ctl, mpi_comm):
     """The peers this rank can run, and why the others cannot (name -> reason)."""
     peers, skipped = [], {}
     sm = dist.new_group(backend="smddp")
@@ -160,14 +144,20 @@ def make_peers(args, rank, n, dist, torch, ctl, mpi_comm):
     return peers, skipped
 
 
-def probe(runnable, op, dt, inp, out, rank, n, dist, torch, ctl, unsupported):
+def call(p, op, inp, out):
+    """One call of p's op on this rank's buffers (in place for allreduce)."""
+    fn = p.op(op)
+    return (lambda: fn(inp)) if op == "allreduce" else (lambda: fn(out, inp))
+
+
+def probe(runnable, op, dt, inp, out, rank, dist, torch, ctl, unsupported):
     """Peers whose op takes this dtype on every rank; the others are noted once, with why."""
     ok = []
     for p in runnable:
         why = ""
         try:
             inp.fill_(rank + 1)
-            p.op(op)(inp) if op == "allreduce" else p.op(op)(out, inp)
+            call(p, op, inp, out)()
         except Exception as e:  # noqa: BLE001  (an op a peer lacks is skipped, not fatal)
             why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
         flag = torch.tensor([0 if why else 1], dtype=torch.int32)
@@ -180,8 +170,7 @@ def probe(runnable, op, dt, inp, out, rank, n, dist, torch, ctl, unsupported):
 
 
 def run_rank(args, rank, n, port, mpi_comm) -> None:
-    cpus = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+    pin(rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_SIZE=str(n),
                       LOCAL_WORLD_SIZE=str(n))
@@ -193,7 +182,7 @@ def run_rank(args, rank, n, port, mpi_comm) -> None:
     dist.init_process_group(backend="gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=n)
     ctl = dist.new_group(backend="gloo")
-    peers, skipped = make_peers(args, rank, n, dist, torch, ctl, mpi_comm)
+    peers, skipped = make_peers(args, dist, torch, ctl, mpi_comm)
     tdtype = {"fp32": torch.float32, "bf16": torch.bfloat16}
     rows, unsupported = [], {}
     for op in args.ops:
@@ -204,20 +193,19 @@ def run_rank(args, rank, n, port, mpi_comm) -> None:
                 inp = torch.zeros(count, dtype=tdtype[dt])
                 out = torch.zeros(count * n, dtype=tdtype[dt])
                 runnable = [p for p in peers if p.op(op) and dt in p.dtypes]
-                runnable = probe(runnable, op, dt, inp, out, rank, n, dist, torch, ctl, unsupported)
+                runnable = probe(runnable, op, dt, inp, out, rank, dist, torch, ctl, unsupported)
                 best = {p.name: float("inf") for p in runnable}
                 wrong = {p.name: 0 for p in runnable}
                 for rnd in range(args.rounds):
                     order = runnable[rnd % len(runnable):] + runnable[:rnd % len(runnable)]
                     for p in order:
-                        fn = p.op(op)
+                        go = call(p, op, inp, out)
                         # The checked call: exact for fp32 and bf16 (small integers).
                         inp.fill_(rank + 1)
+                        go()
                         if op == "allreduce":
-                            fn(inp)
                             ok = bool((inp == n * (n + 1) // 2).all())
                         else:
-                            fn(out, inp)
                             want = torch.arange(1, n + 1, dtype=tdtype[dt]).repeat_interleave(count)
                             ok = bool(torch.equal(out, want))
                         wrong[p.name] += 0 if ok else 1
@@ -225,18 +213,14 @@ def run_rank(args, rank, n, port, mpi_comm) -> None:
                         # Warmup, then enough calls for --budget seconds, agreed by every rank.
                         t0 = time.perf_counter()
                         for _ in range(3):
-                            fn(inp) if op == "allreduce" else fn(out, inp)
+                            go()
                         est = torch.tensor([(time.perf_counter() - t0) / 3], dtype=torch.float64)
                         dist.all_reduce(est, op=dist.ReduceOp.MAX, group=ctl)
                         k = max(3, min(2000, int(args.budget / max(est.item(), 1e-7))))
                         dist.barrier(group=ctl)
                         t0 = time.perf_counter()
-                        if op == "allreduce":
-                            for _ in range(k):
-                                fn(inp)
-                        else:
-                            for _ in range(k):
-                                fn(out, inp)
+                        for _ in range(k):
+                            go()
                         dt_s = (time.perf_counter() - t0) / k
                         slow = torch.tensor([dt_s], dtype=torch.float64)
                         dist.all_reduce(slow, op=dist.ReduceOp.MAX, group=ctl)
@@ -332,12 +316,6 @@ def plot(args, rows) -> None:
 
 
 # ------------------------------------------------------------------------------ launch
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def spawned(rank, args, port):
     try:
