@@ -4,6 +4,7 @@
  * library is visible outside it (see libsmddp.map).
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,13 +195,22 @@ typedef struct coll_check {
     smddp__op_kind_t kind;
 } coll_check_t;
 
+static unsigned attr_flags(const smddp_coll_attr_t *attr)
+{
+    return attr->size >= offsetof(smddp_coll_attr_t, flags) + sizeof(attr->flags) ? attr->flags : 0;
+}
+
 static smddp_status_t check_common(const coll_check_t *c, const smddp_coll_attr_t *attr)
 {
     if (!c->comm) return INVALID(NULL, "%s: comm is NULL", c->fn);
     if (attr) {
-        if (attr->size < sizeof(smddp_coll_attr_t))
+        /* Callers built before attr had flags pass the smaller size. */
+        if (attr->size < offsetof(smddp_coll_attr_t, flags))
             return INVALID(c->comm, "%s: attr->size is %zu; initialise attributes with "
                                     "SMDDP_COLL_ATTR_INIT", c->fn, attr->size);
+        if (attr_flags(attr) & ~SMDDP_COLL_WAIT_NOW)
+            return INVALID(c->comm, "%s: unknown attr->flags 0x%x; accepted: 0, "
+                                    "SMDDP_COLL_WAIT_NOW", c->fn, attr_flags(attr));
         if (attr->mem_type == SMDDP_MEM_CUDA)
             return fail(c->comm, smddp__route_check_cuda(c->comm, c->kind, c->fn));
         if (attr->mem_type != SMDDP_MEM_HOST)
@@ -281,6 +291,7 @@ static smddp__op_t *make_op(smddp_comm_t comm, smddp__op_kind_t kind, const void
     }
     op->on_complete = attr->on_complete;
     op->on_complete_arg = attr->on_complete_arg;
+    op->wait_now = (attr_flags(attr) & SMDDP_COLL_WAIT_NOW) != 0;
     return op;
 }
 

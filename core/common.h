@@ -41,6 +41,12 @@ void smddp__clear_error(void);
 #ifndef __cplusplus
 extern _Thread_local bool smddp__library_thread;
 #endif
+/*
+ * Called first on each of libsmddp's own threads (`what` names it in the
+ * log): sets smddp__library_thread and the scheduling policy
+ * SMDDP_THREAD_SCHED asks for.
+ */
+void smddp__library_thread_begin(const char *what);
 
 /* Returns from the function if the status is an error. */
 #define SMDDP_CHECK(call)                           \

@@ -3,7 +3,9 @@
  * thread-local buffer so that concurrent failures on different threads do not
  * overwrite each other; abi/ copies it into a communicator when needed.
  */
+#include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +19,23 @@
 /* What the calling thread is: its last error, and whether libsmddp started it. */
 static _Thread_local char tls_error[SMDDP_ERRMSG_MAX];
 _Thread_local bool smddp__library_thread;
+
+void smddp__library_thread_begin(const char *what)
+{
+    smddp__library_thread = true;
+    if (smddp__params()->thread_sched != SMDDP_THREAD_BATCH) return;
+    /*
+     * SCHED_BATCH keeps the thread's fair share of the CPU but drops its
+     * wake-up preemption: a thread signalled for a new operation does not
+     * take the core from the application's thread that issued it, which,
+     * when it waits at once, runs the operation itself (queue.c). Otherwise
+     * each such operation costs two context switches on that core.
+     */
+    struct sched_param sp = {0};
+    if (sched_setscheduler(0, SCHED_BATCH, &sp) != 0)
+        SMDDP_INFO("%s thread keeps its scheduling policy (SCHED_BATCH refused: %s)", what,
+                   strerror(errno));
+}
 
 static FILE *log_file;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;

@@ -54,6 +54,7 @@ typedef struct smddp_request {
 
     smddp_complete_fn on_complete; /* optional, called before done is set */
     void *on_complete_arg;
+    bool wait_now;           /* SMDDP_COLL_WAIT_NOW: the issuer waits for it at once */
 
     struct smddp_comm *comm;
     struct smddp_request *next;

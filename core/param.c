@@ -80,9 +80,15 @@ static const param_row_t rows[] = {
     {"SMDDP_SIMD", P_ENUM, "auto", "CPU reduction kernels", OFF(simd), 0,
      "auto|scalar|avx2|avx512"},
     {"SMDDP_INLINE", P_BOOL, "1",
-     "let a blocking call on an idle communicator, and smddp_wait() on a request not started "
-     "yet, run the operation on the caller's thread", OFF(inline_exec),
+     "let a blocking call (or one flagged SMDDP_COLL_WAIT_NOW) on an idle communicator, and "
+     "smddp_wait() on a request not started yet, run the operation on the caller's thread",
+     OFF(inline_exec),
      0, NULL},
+    {"SMDDP_THREAD_SCHED", P_ENUM, "batch",
+     "scheduling policy of libsmddp's progress and send/recv threads: batch (SCHED_BATCH: a fair "
+     "share of the CPU, but a thread woken for new work does not preempt the application's "
+     "thread on its core, which then runs an operation it waits for itself) or normal "
+     "(SCHED_OTHER)", OFF(thread_sched), 0, "batch|normal"},
     {"SMDDP_CUDA_BUFFER_SIZE", P_SIZE, "67108864",
      "device staging buffer per local rank for CUDA collectives, shared with peers through CUDA "
      "IPC (bytes; two halves, used in turn)", OFF(cuda_buffer), 0, NULL},
@@ -129,7 +135,8 @@ static const param_row_t rows[] = {
 
 static smddp__params_t params;
 /* Enum settings are parsed into their fields as ints. */
-_Static_assert(sizeof(smddp__cuda_net_t) == sizeof(int) && sizeof(smddp__log_level_t) == sizeof(int),
+_Static_assert(sizeof(smddp__cuda_net_t) == sizeof(int) && sizeof(smddp__log_level_t) == sizeof(int) &&
+                   sizeof(smddp__thread_sched_t) == sizeof(int),
                "enum settings are stored as int");
 /*
  * SMDDP_DEBUG as the log reads it on every SMDDP_LOG without a lock (log.c):

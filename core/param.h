@@ -18,6 +18,7 @@ typedef enum smddp__comm_backend { SMDDP_BACKEND_AUTO, SMDDP_BACKEND_NCCL } smdd
 typedef enum smddp__cuda_net { SMDDP_CUDA_NET_AUTO, SMDDP_CUDA_NET_STAGED, SMDDP_CUDA_NET_NCCL } smddp__cuda_net_t;
 typedef enum smddp__net_algo { SMDDP_NET_AUTO, SMDDP_NET_FLAT, SMDDP_NET_HIER } smddp__net_algo_t;
 typedef enum smddp__ofi_mr { SMDDP_OFI_MR_AUTO, SMDDP_OFI_MR_ALWAYS } smddp__ofi_mr_t;
+typedef enum smddp__thread_sched { SMDDP_THREAD_BATCH, SMDDP_THREAD_NORMAL } smddp__thread_sched_t;
 
 typedef struct smddp__params {
     smddp__log_level_t debug_level; /* SMDDP_DEBUG */
@@ -39,6 +40,7 @@ typedef struct smddp__params {
     int check;                  /* SMDDP_CHECK_ORDER: cross-rank op check */
     smddp__simd_t simd;         /* SMDDP_SIMD */
     int inline_exec;            /* SMDDP_INLINE: blocking ops run on caller */
+    smddp__thread_sched_t thread_sched; /* SMDDP_THREAD_SCHED: libsmddp's own threads */
     smddp__comm_backend_t comm_backend; /* SMDDP_COMMUNICATION_BACKEND */
     int64_t cuda_buffer;        /* SMDDP_CUDA_BUFFER_SIZE bytes per rank */
     int64_t cuda_oneshot_max;   /* SMDDP_CUDA_ONESHOT_MAX bytes */

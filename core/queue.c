@@ -5,7 +5,8 @@
  * Whoever executes operations holds exec_lock: normally the progress thread,
  * but two shortcuts run them on a caller's thread instead and so save the
  * thread hand-offs that dominate small-message latency:
- *  - a blocking call (req == NULL) on an idle communicator runs its operation
+ *  - a blocking call (req == NULL), or a host one whose issuer waits for it at
+ *    once (SMDDP_COLL_WAIT_NOW), on an idle communicator runs its operation
  *    at once; the queue is empty and exec_lock is taken before the queue lock
  *    is released, so issue order holds;
  *  - smddp_wait() on a request that is still queued runs the queue's head
@@ -87,7 +88,7 @@ static bool run_head(smddp_comm_t comm)
 static void *progress_main(void *arg)
 {
     smddp_comm_t comm = arg;
-    smddp__library_thread = true;
+    smddp__library_thread_begin("progress");
     for (;;) {
         if (run_head(comm)) continue;
         pthread_mutex_lock(&comm->lock);
@@ -150,12 +151,24 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
     op->seq = comm->next_seq;
     comm->next_seq += op->seq_span ? op->seq_span : 1;
 
-    if (!req && smddp__params()->inline_exec && !comm->head &&
+    /*
+     * A host op its issuer waits for at once runs here, on an idle
+     * communicator, rather than wake the progress thread only for the
+     * issuer to take the op back in smddp_wait(): that hand-off costs more
+     * than a small collective. A staged CUDA op's stream work is already
+     * enqueued (smddp__route_prepare): it goes to the queue like any other.
+     */
+    bool run_now = !req || (op->wait_now && op->mem_type == SMDDP_MEM_HOST && !op->stage);
+    if (run_now && smddp__params()->inline_exec && !comm->head &&
         pthread_mutex_trylock(&comm->exec_lock) == 0) {
         pthread_mutex_unlock(&comm->lock);
         smddp_status_t st = run_op(comm, op);
         pthread_mutex_unlock(&comm->exec_lock);
         smddp__op_complete(op, st);
+        if (req) { /* finished: its status is the request's */
+            *req = op;
+            return SMDDP_OK;
+        }
         if (st < 0) smddp__error_quiet(st, "%s", op->errmsg);
         smddp__request_unref(op);
         return st;

@@ -324,7 +324,7 @@ static void *p2p_main(void *arg)
     smddp__p2p_t *p = comm->p2p;
     int64_t last_check = 0;
     int idle = 0;
-    smddp__library_thread = true;
+    smddp__library_thread_begin("send/recv");
     pthread_mutex_lock(&p->lock);
     for (;;) {
         smddp__op_t *failed = NULL;

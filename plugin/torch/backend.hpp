@@ -78,6 +78,9 @@ class WorkSMDDP : public c10d::Work {
   // What wait() without a timeout waits: the op's own timeout (barrier's
   // BarrierOptions::timeout), else kNoTimeout (the communicator's deadline).
   std::chrono::milliseconds op_timeout_{kNoTimeout};
+  // The caller waits for this work as soon as it is returned (torch's
+  // async_op=False): its requests ask libsmddp to run them at issue.
+  bool wait_now_ = false;
   std::mutex error_mutex_;
   std::string error_;                   // the first failed request's message
 };
@@ -169,6 +172,26 @@ class ProcessGroupSMDDP : public c10d::Backend {
  private:
   c10::intrusive_ptr<c10d::Work> recv_from(std::vector<at::Tensor>& tensors, int srcRank, int tag);
   c10::intrusive_ptr<WorkSMDDP> new_work(c10d::OpType type, std::vector<at::Tensor> outputs);
+  // The same, for a collective called with opts: with async_op=False (and
+  // no timeout of its own) the caller waits at once, so the work's requests
+  // run at issue when the communicator is idle (SMDDP_COLL_WAIT_NOW).
+  template <typename Opts>
+  c10::intrusive_ptr<WorkSMDDP> new_work(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                         const Opts& opts) {
+    auto work = new_work(type, std::move(outputs));
+    work->wait_now_ = waits_now(opts, 0);
+    return work;
+  }
+  // torch's options carry asyncOp (set by torch.distributed's Python calls);
+  // options without it say nothing.
+  template <typename Opts>
+  static auto waits_now(const Opts& opts, int) -> decltype(opts.asyncOp, bool()) {
+    return !opts.asyncOp && opts.timeout.count() <= 0;
+  }
+  template <typename Opts>
+  static bool waits_now(const Opts&, long) {
+    return false;
+  }
   // Issues one request of work: call(attr, req) is the libsmddp call, given
   // attr with the work's completion callback added. A failed call throws a
   // DistBackendError; the requests the work already issued are waited for
@@ -177,6 +200,9 @@ class ProcessGroupSMDDP : public c10d::Backend {
   void issue(WorkSMDDP& work, const char* fn, smddp_coll_attr_t attr, Call&& call) {
     attr.on_complete = &WorkSMDDP::on_request_done;
     attr.on_complete_arg = &work;
+    if (work.wait_now_) {
+      attr.flags |= SMDDP_COLL_WAIT_NOW;
+    }
     work.pending_.fetch_add(1);
     smddp_request_t req = nullptr;
     smddp_status_t st = call(&attr, &req);

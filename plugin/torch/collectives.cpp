@@ -81,7 +81,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tens
                                                             const c10d::AllreduceOptions& opts) {
   TORCH_CHECK(tensors.size() == 1, "smddp allreduce takes one tensor per call, got ",
               tensors.size());
-  auto work = new_work(c10d::OpType::ALLREDUCE, tensors);
+  auto work = new_work(c10d::OpType::ALLREDUCE, tensors, opts);
   issue_allreduce(work, tensors[0], opts.reduceOp);
   return enqueue(work);
 }
@@ -91,7 +91,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce_coalesced(
   for (const auto& t : tensors) {
     (void)check_allreduce(t, opts.reduceOp);
   }
-  auto work = new_work(c10d::OpType::ALLREDUCE_COALESCED, tensors);
+  auto work = new_work(c10d::OpType::ALLREDUCE_COALESCED, tensors, opts);
   for (const auto& t : tensors) {
     issue_allreduce(work, t, opts.reduceOp);
   }
@@ -105,7 +105,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::broadcast(std::vector<at::Tens
   const at::Tensor& t = tensors[0];
   check_tensor(t, "broadcast");
   smddp_dtype_t dt = to_smddp_dtype(t.scalar_type(), false);
-  auto work = new_work(c10d::OpType::BROADCAST, tensors);
+  auto work = new_work(c10d::OpType::BROADCAST, tensors, opts);
   at::Tensor buf = stage_inout(*work, t);
   smddp_coll_attr_t attr = attr_for(buf);
   issue(*work, "broadcast", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
@@ -122,7 +122,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce(std::vector<at::Tensor>
   check_tensor(t, "reduce");
   SmddpReduction op = to_smddp_reduction(t.scalar_type(), opts.reduceOp);
   smddp_dtype_t dt = op.dtype;
-  auto work = new_work(c10d::OpType::REDUCE, tensors);
+  auto work = new_work(c10d::OpType::REDUCE, tensors, opts);
   at::Tensor buf = stage_inout(*work, t);
   smddp_coll_attr_t attr = attr_for(buf, op.factor);
   issue(*work, "reduce", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
@@ -159,17 +159,17 @@ void ProcessGroupSMDDP::issue_allgather_list(const c10::intrusive_ptr<WorkSMDDP>
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
               "smddp allgather takes one input tensor and one output list per call");
-  auto work = new_work(c10d::OpType::ALLGATHER, outputs[0]);
+  auto work = new_work(c10d::OpType::ALLGATHER, outputs[0], opts);
   issue_allgather_list(work, outputs[0], inputs[0]);
   return enqueue(work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputTensorLists, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputTensorLists.size() == inputs.size(), "smddp allgather_coalesced: ",
               outputTensorLists.size(), " output lists but ", inputs.size(), " inputs");
   std::vector<at::Tensor> all_outputs;
@@ -179,7 +179,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_coalesced(
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_allgather_list(outputTensorLists[i], inputs[i], size_);
   }
-  auto work = new_work(c10d::OpType::ALLGATHER_COALESCED, all_outputs);
+  auto work = new_work(c10d::OpType::ALLGATHER_COALESCED, all_outputs, opts);
   for (size_t i = 0; i < inputs.size(); ++i) {
     issue_allgather_list(work, outputTensorLists[i], inputs[i]);
   }
@@ -187,22 +187,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_coalesced(
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_allgather_base(
-    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& /*opts*/) {
-  auto work = new_work(c10d::OpType::_ALLGATHER_BASE, {output});
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  auto work = new_work(c10d::OpType::_ALLGATHER_BASE, {output}, opts);
   issue_allgather_base(work, output, input);
   return enqueue(work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(),
               "smddp allgather_into_tensor_coalesced: ", outputs.size(), " outputs but ",
               inputs.size(), " inputs");
   for (size_t i = 0; i < inputs.size(); ++i) {
     (void)check_allgather_base(outputs[i], inputs[i], size_);
   }
-  auto work = new_work(c10d::OpType::ALLGATHER_COALESCED, outputs);
+  auto work = new_work(c10d::OpType::ALLGATHER_COALESCED, outputs, opts);
   for (size_t i = 0; i < inputs.size(); ++i) {
     issue_allgather_base(work, outputs[i], inputs[i]);
   }
@@ -240,7 +240,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter(
                 t.numel(), " elements, the output ", output.numel());
     flat_parts.push_back(t.reshape({-1}));
   }
-  auto work = new_work(c10d::OpType::REDUCE_SCATTER, outputs);
+  auto work = new_work(c10d::OpType::REDUCE_SCATTER, outputs, opts);
   at::Tensor flat = at::cat(flat_parts);
   issue_reduce_scatter_base(work, output, flat, opts.reduceOp);
   return enqueue(work);
@@ -248,7 +248,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  auto work = new_work(c10d::OpType::_REDUCE_SCATTER_BASE, {output});
+  auto work = new_work(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, opts);
   issue_reduce_scatter_base(work, output, input, opts.reduceOp);
   return enqueue(work);
 }
@@ -263,7 +263,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter_tensor_coalesce
   for (size_t i = 0; i < inputs.size(); ++i) {
     (void)check_reduce_scatter_base(outputs[i], inputs[i], opts.reduceOp, size_);
   }
-  auto work = new_work(c10d::OpType::COALESCED, outputs);
+  auto work = new_work(c10d::OpType::COALESCED, outputs, opts);
   for (size_t i = 0; i < inputs.size(); ++i) {
     issue_reduce_scatter_base(work, outputs[i], inputs[i], opts.reduceOp);
   }
@@ -305,7 +305,7 @@ static void split_counts(const at::Tensor& t, const std::vector<int64_t>& splits
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplitSizes,
-    std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& /*opts*/) {
+    std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
   check_tensor(input, "alltoall_base");
   check_tensor(output, "alltoall_base");
   check_alike(input, output, "alltoall_base");
@@ -313,7 +313,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall_base(
   std::vector<int64_t> scounts, sdispls, rcounts, rdispls;
   split_counts(input, inputSplitSizes, size_, "input", scounts, sdispls);
   split_counts(output, outputSplitSizes, size_, "output", rcounts, rdispls);
-  auto work = new_work(c10d::OpType::ALLTOALL_BASE, {output});
+  auto work = new_work(c10d::OpType::ALLTOALL_BASE, {output}, opts);
   at::Tensor in = stage_in(*work, input);
   at::Tensor out = stage_inout(*work, output);
   smddp_coll_attr_t attr = attr_for(in);
@@ -337,7 +337,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall_base(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall(std::vector<at::Tensor>& outputs,
                                                            std::vector<at::Tensor>& inputs,
-                                                           const c10d::AllToAllOptions& /*opts*/) {
+                                                           const c10d::AllToAllOptions& opts) {
   TORCH_CHECK(static_cast<int>(inputs.size()) == size_ &&
                   static_cast<int>(outputs.size()) == size_,
               "smddp alltoall: the input and output lists need one tensor per rank (", size_,
@@ -358,7 +358,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall(std::vector<at::Tenso
     parts.push_back(inputs[i].reshape({-1}));
   }
   smddp_dtype_t dt = to_smddp_dtype(inputs[0].scalar_type(), false);
-  auto work = new_work(c10d::OpType::ALLTOALL, outputs);
+  auto work = new_work(c10d::OpType::ALLTOALL, outputs, opts);
   at::Tensor send = at::cat(parts);
   at::Tensor recv = at::empty({rdispls[size_ - 1] + rcounts[size_ - 1]}, send.options());
   keep(*work, send);
@@ -396,7 +396,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather(
                   " elements, the input ", input.numel());
     }
   }
-  auto work = new_work(c10d::OpType::GATHER, outs);
+  auto work = new_work(c10d::OpType::GATHER, outs, opts);
   if (!work->stream_ && input.is_cuda()) {
     // A non-root has no outputs to take the stream from: without one the
     // gather would read its input whenever the progress thread got to it, not
@@ -432,7 +432,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::scatter(
   check_tensor(output, "scatter");
   const int root = static_cast<int>(opts.rootRank);
   smddp_dtype_t dt = to_smddp_dtype(output.scalar_type(), false);
-  auto work = new_work(c10d::OpType::SCATTER, outputs);
+  auto work = new_work(c10d::OpType::SCATTER, outputs, opts);
   at::Tensor flat;
   if (rank_ == root) {
     TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
@@ -501,7 +501,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::recv_from(std::vector<at::Tens
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::barrier(const c10d::BarrierOptions& opts) {
-  auto work = new_work(c10d::OpType::BARRIER, {});
+  auto work = new_work(c10d::OpType::BARRIER, {}, opts);
   if (opts.timeout.count() > 0) {
     work->op_timeout_ = opts.timeout;  // dist.barrier(timeout=...): wait() gives up then
   }

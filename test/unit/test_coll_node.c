@@ -4,11 +4,18 @@
  * algorithms forced and staging buffers shrunk, many requests outstanding,
  * completion callbacks, and races between back-to-back operations.
  */
+#include <dirent.h>
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -100,6 +107,154 @@ static void test_wait_runs_no_later_op(void **state)
     (void)state;
     run(2, wait_runs_no_later_op_rank, "SMDDP_TIMEOUT=5");
 }
+
+/*
+ * SMDDP_COLL_WAIT_NOW: on an idle communicator the non-blocking call runs
+ * the op before it returns (callback on the calling thread, request already
+ * done); behind a queued op it is queued like any other, in issue order; a
+ * failure shows in the request, not in the call's status. Unknown flags are
+ * refused; attributes from before the flags field (a smaller size) work.
+ */
+typedef struct {
+    pthread_t thread;
+    atomic_int calls;
+    smddp_status_t st;
+} wait_now_cb_t;
+
+static void wait_now_done(void *arg, smddp_status_t st)
+{
+    wait_now_cb_t *cb = arg;
+    cb->thread = pthread_self();
+    cb->st = st;
+    atomic_fetch_add(&cb->calls, 1);
+}
+
+static void wait_now_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+    smddp_request_t req, first;
+    float x = (float)rank;
+
+    attr.flags = 0x6;
+    H_CHECK(smddp_allreduce(comm, &x, &x, 1, SMDDP_FLOAT32, SMDDP_SUM, &attr, &req) ==
+                SMDDP_ERR_INVALID_ARGUMENT, "unknown flags accepted");
+    H_CHECK(strstr(smddp_get_last_error(comm), "SMDDP_COLL_WAIT_NOW") != NULL,
+            "unknown flags: \"%s\"", smddp_get_last_error(comm));
+
+    attr.flags = SMDDP_COLL_WAIT_NOW;
+    for (int it = 0; it < 200; it++) {
+        wait_now_cb_t cb = {0};
+        attr.on_complete = wait_now_done;
+        attr.on_complete_arg = &cb;
+        x = (float)(rank + it);
+        H_OK(smddp_allreduce(comm, &x, &x, 1, SMDDP_FLOAT32, SMDDP_SUM, &attr, &req));
+        H_CHECK(smddp_test(req) == SMDDP_OK, "iteration %d: not finished at return", it);
+        H_CHECK(atomic_load(&cb.calls) == 1 && pthread_equal(cb.thread, pthread_self()),
+                "iteration %d: callback ran %d times, or on another thread", it,
+                atomic_load(&cb.calls));
+        H_CHECK(x == (float)(size * it + size * (size - 1) / 2), "iteration %d: sum %g", it, x);
+        smddp_request_free(req);
+    }
+
+    /* Behind an op still queued or running: issue order holds. */
+    float a[4096], b = (float)rank;
+    for (int i = 0; i < 4096; i++) a[i] = 1.0f;
+    H_OK(smddp_allreduce(comm, a, a, 4096, SMDDP_FLOAT32, SMDDP_SUM, NULL, &first));
+    attr.on_complete = NULL;
+    H_OK(smddp_allreduce(comm, &b, &b, 1, SMDDP_FLOAT32, SMDDP_MAX, &attr, &req));
+    H_OK(smddp_wait(req, SMDDP_WAIT_DEFAULT));
+    H_OK(smddp_wait(first, SMDDP_WAIT_DEFAULT));
+    H_CHECK(a[4095] == (float)size && b == (float)(size - 1), "queued: %g and %g", a[4095], b);
+    smddp_request_free(first);
+    smddp_request_free(req);
+
+    /* The size callers built before attr had flags pass: accepted, no flags. */
+    smddp_coll_attr_t old = SMDDP_COLL_ATTR_INIT;
+    old.size = offsetof(smddp_coll_attr_t, flags);
+    b = 1.0f;
+    H_OK(smddp_allreduce(comm, &b, &b, 1, SMDDP_FLOAT32, SMDDP_SUM, &old, NULL));
+    H_CHECK(b == (float)size, "old attribute size: sum %g", b);
+    old.size = offsetof(smddp_coll_attr_t, flags) - 1;
+    H_CHECK(smddp_allreduce(comm, &b, &b, 1, SMDDP_FLOAT32, SMDDP_SUM, &old, NULL) ==
+                SMDDP_ERR_INVALID_ARGUMENT, "a too-small attribute size was accepted");
+
+    /* Counts that differ between ranks fail when run: the request says so. */
+    float c[2] = {0, 0};
+    wait_now_cb_t cb = {0};
+    attr.on_complete = wait_now_done;
+    attr.on_complete_arg = &cb;
+    H_OK(smddp_allreduce(comm, c, c, 1 + rank % 2, SMDDP_FLOAT32, SMDDP_SUM, &attr, &req));
+    H_CHECK(smddp_wait(req, SMDDP_WAIT_DEFAULT) == SMDDP_ERR_MISMATCH,
+            "mismatched counts: %s", smddp_get_last_error(comm));
+    H_CHECK(atomic_load(&cb.calls) == 1 && cb.st == SMDDP_ERR_MISMATCH,
+            "mismatch: callback ran %d times, status %d", atomic_load(&cb.calls), (int)cb.st);
+    smddp_request_free(req);
+}
+
+/*
+ * SMDDP_THREAD_SCHED: libsmddp's progress and send/recv threads run under
+ * SCHED_BATCH by default, SCHED_OTHER with "normal"; the application's
+ * threads keep theirs. Counted from /proc (field 41 of a task's stat is its
+ * policy), after a collective run by the progress thread and a send/recv.
+ */
+static int count_tasks_with_policy(int policy)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char path[300], buf[1024];
+        snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        char *p = strrchr(buf, ')'); /* the name may hold spaces */
+        int field = 2, value = -1;
+        for (char *tok = p ? strtok(p + 1, " ") : NULL; tok; tok = strtok(NULL, " ")) {
+            if (++field == 41) {
+                value = atoi(tok);
+                break;
+            }
+        }
+        n += value == policy;
+    }
+    closedir(d);
+    return n;
+}
+
+static void thread_sched_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size, (void)arg;
+    const char *want = getenv("SMDDP_THREAD_SCHED");
+    bool batch = !want || strcmp(want, "normal") != 0;
+    float x = 1.0f;
+    smddp_request_t req;
+    H_OK(smddp_allreduce(comm, &x, &x, 1, SMDDP_FLOAT32, SMDDP_SUM, NULL, &req));
+    while (smddp_test(req) == SMDDP_IN_PROGRESS) usleep(100); /* the progress thread runs it */
+    smddp_request_free(req);
+    int32_t msg = rank;
+    if (rank == 0) H_OK(smddp_send(comm, &msg, 1, SMDDP_INT32, 1, 0, NULL, NULL));
+    if (rank == 1) H_OK(smddp_recv(comm, &msg, 1, SMDDP_INT32, 0, 0, NULL, NULL));
+    int n = count_tasks_with_policy(SCHED_BATCH);
+    if (rank <= 1)
+        H_CHECK(batch ? n >= 2 : n == 0, "%d SCHED_BATCH threads with SMDDP_THREAD_SCHED=%s", n,
+                want ? want : "(unset)");
+    H_CHECK(sched_getscheduler(0) == SCHED_OTHER, "the application's thread's policy changed");
+}
+
+static void test_thread_sched(void **state)
+{
+    (void)state;
+    run(2, thread_sched_rank, NULL);
+    run(2, thread_sched_rank, "SMDDP_THREAD_SCHED=normal");
+}
+
+static void test_wait_now_2(void **state) { (void)state; run(2, wait_now_rank, NULL); }
+static void test_wait_now_3(void **state) { (void)state; run(3, wait_now_rank, NULL); }
 
 static void test_alltoallv_2(void **state) { (void)state; run(2, alltoallv_rank, NULL); }
 static void test_alltoallv_3(void **state) { (void)state; run(3, alltoallv_rank, NULL); }
@@ -197,6 +352,9 @@ int main(void)
         cmocka_unit_test(test_movement_small_buffers),
         cmocka_unit_test(test_alltoallv_2),
         cmocka_unit_test(test_wait_runs_no_later_op),
+        cmocka_unit_test(test_wait_now_2),
+        cmocka_unit_test(test_wait_now_3),
+        cmocka_unit_test(test_thread_sched),
         cmocka_unit_test(test_alltoallv_3),
         cmocka_unit_test(test_alltoallv_4),
         cmocka_unit_test(test_outstanding_3),

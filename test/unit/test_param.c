@@ -290,6 +290,8 @@ static void test_enums(void **state)
         {"SMDDP_SIMD", "AVX2", offsetof(smddp__params_t, simd), 2},
         {"SMDDP_SIMD", "avx512", offsetof(smddp__params_t, simd), 3},
         {"SMDDP_COMMUNICATION_BACKEND", "NCCL", offsetof(smddp__params_t, comm_backend), 1},
+        {"SMDDP_THREAD_SCHED", "Normal", offsetof(smddp__params_t, thread_sched), 1},
+        {"SMDDP_THREAD_SCHED", "batch", offsetof(smddp__params_t, thread_sched), 0},
     };
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         const smddp__params_t *p = with(good[i].name, good[i].text);

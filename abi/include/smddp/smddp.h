@@ -167,10 +167,25 @@ typedef struct smddp_coll_attr {
     double premul_factor;     /**< the factor for SMDDP_PREMUL_SUM */
     smddp_complete_fn on_complete; /**< optional completion callback, or NULL */
     void *on_complete_arg;    /**< its argument */
+    unsigned flags;           /**< SMDDP_COLL_* flags, or 0 */
 } smddp_coll_attr_t;
 
 /** Initialiser for smddp_coll_attr_t. */
-#define SMDDP_COLL_ATTR_INIT {sizeof(smddp_coll_attr_t), SMDDP_MEM_HOST, NULL, 1.0, NULL, NULL}
+#define SMDDP_COLL_ATTR_INIT {sizeof(smddp_coll_attr_t), SMDDP_MEM_HOST, NULL, 1.0, NULL, NULL, 0}
+
+/**
+ * Flag for smddp_coll_attr_t::flags: the caller waits for this request as
+ * soon as the call returns (a synchronous call made through a non-blocking
+ * interface, such as torch's async_op=False). On host memory, when the
+ * communicator has nothing queued and no thread is running one of its
+ * operations, the call then runs the operation on the calling thread before
+ * it returns, as a blocking call does, instead of handing it to the progress
+ * thread; the request comes back finished, its status (success or the
+ * operation's failure) given by smddp_test() and smddp_wait(). Otherwise the
+ * flag changes nothing. Do not set it when the call must return before the
+ * peers arrive.
+ */
+#define SMDDP_COLL_WAIT_NOW 0x1u
 
 /** Colour for smddp_comm_split() meaning "this rank joins no new communicator". */
 #define SMDDP_SPLIT_NOCOLOR (-1)
