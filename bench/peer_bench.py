@@ -36,7 +36,7 @@ import sys
 import time
 import traceback
 
-from torch_bench import fmt_size, free_port, parse_size, pin  # same folder
+from torch_bench import all_gather, fmt_size, free_port, parse_size, pin  # same folder
 
 PEERS = ("smddp", "gloo", "deepspeed", "mpi")
 OPS = ("allreduce", "allgather")
@@ -99,11 +99,12 @@ def make_peers(args, dist, torch, ctl, mpi_comm):
     peers, skipped = [], {}
     sm = dist.new_group(backend="smddp")
     gl = dist.new_group(backend="gloo")
+    gather = all_gather(dist)  # the name torch does not warn about on every call
     peers.append(Peer("smddp", lambda t: dist.all_reduce(t, group=sm),
-                      lambda o, i: dist.all_gather_into_tensor(o, i, group=sm)))
+                      lambda o, i: gather(o, i, group=sm)))
     if "gloo" in args.peers:
         peers.append(Peer("gloo", lambda t: dist.all_reduce(t, group=gl),
-                          lambda o, i: dist.all_gather_into_tensor(o, i, group=gl)))
+                          lambda o, i: gather(o, i, group=gl)))
     if "deepspeed" in args.peers:
         try:
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
