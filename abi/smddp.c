@@ -15,6 +15,7 @@
 #include "exec.h"
 #include "fail.h"
 #include "param.h"
+#include "trace.h"
 #include "queue.h"
 
 #define ACCEPTED_DTYPES "int8, uint8, int32, int64, float16, bfloat16, float32, float64"
@@ -116,6 +117,13 @@ smddp_status_t smddp_comm_abort(smddp_comm_t comm)
              comm->rank);
     smddp__comm_abort_by_user(comm, msg);
     return SMDDP_OK;
+}
+
+smddp_status_t smddp_comm_dump_trace(smddp_comm_t comm, const char *path)
+{
+    if (!comm) return INVALID(NULL, "smddp_comm_dump_trace: comm is NULL");
+    if (!path || !path[0]) return INVALID(comm, "smddp_comm_dump_trace: path is NULL or empty");
+    return fail(comm, smddp__trace_dump(comm->trace, path, comm->prefix, comm->rank, comm->size));
 }
 
 smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeout_ms)

@@ -30,9 +30,9 @@ of the same kind, and shared-memory collectives follow it; gloo over loopback
 TCP follows it less).
 
 Then the small-message latency: ``--latency-calls`` 8 B allreduces through
-dist.all_reduce, each timed on its own, p50 and p90 (smddp, gloo, and smddp's
-backend object called directly, which leaves out torch's Python wrapper and
-dispatcher).
+dist.all_reduce, each timed on its own, p50 and p90 (smddp, gloo, smddp with
+async_op=True and an immediate wait(), and smddp's backend object called
+directly, which leaves out torch's Python wrapper and dispatcher).
 
 Outputs: a markdown table on stdout with both backends and the ratio
 (gloo time / smddp time), DIR/torch_bench.csv and DIR/torch_bench.png (busbw vs
@@ -274,6 +274,8 @@ def latency(torch, dist, args, groups, ctl) -> dict:
     n = args.latency_calls
     t = torch.ones(2)
     ways = {be: (lambda g=g: dist.all_reduce(t, group=g)) for be, g in groups.items()}
+    ways["smddp, async_op=True then wait()"] = \
+        lambda: dist.all_reduce(t, group=groups["smddp"], async_op=True).wait()
     opts = dist.AllreduceOptions()
     if hasattr(opts, "asyncOp"):
         opts.asyncOp = False
@@ -495,6 +497,8 @@ def report(args, res: dict, wall: float) -> int:
         print("|---|---:|---:|")
         for w, q in lat.items():
             name = w if "directly" in w else f"dist.all_reduce, {w}"
+            if "async_op" in w:
+                name = "dist.all_reduce(async_op=True).wait(), smddp"
             print(f"| {name} | {q['p50']:.2f} | {q['p90']:.2f} |")
         print()
 

@@ -18,6 +18,7 @@
 #include "param.h"
 #include "queue.h"
 #include "topo.h"
+#include "trace.h"
 #include "transport/ofi.h"
 #include "transport/shm.h"
 #include "transport/watch.h"
@@ -39,6 +40,7 @@ static void comm_free(smddp_comm_t comm)
     free(comm->local_ranks);
     free(comm->p2p_send_seq);
     free(comm->p2p_recv_seq);
+    smddp__trace_free(comm->trace);
     pthread_mutex_destroy(&comm->lock);
     pthread_mutex_destroy(&comm->exec_lock);
     pthread_mutex_destroy(&comm->err_lock);
@@ -73,6 +75,7 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
         goto fail;
     }
 
+    comm->trace = smddp__trace_new();
     SMDDP_CHECK_GOTO(smddp__topo_discover(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__topo_check(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__shm_setup(comm), st, fail);

@@ -232,13 +232,31 @@ static smddp_status_t run_host(smddp_comm_t comm, smddp__op_t *op)
     return run_host_on(comm, op, smddp__route(comm, op, NULL));
 }
 
+/* A route's name, for the flight recorder (op->path). */
+static const char *route_name(smddp__route_t route)
+{
+    switch (route) {
+    case SMDDP_ROUTE_SHM: return "shm";
+    case SMDDP_ROUTE_NET_FLAT: return "net-flat";
+    case SMDDP_ROUTE_NET_HIER: return "net-hier";
+    case SMDDP_ROUTE_CUDA_IPC: return "cuda-ipc";
+    case SMDDP_ROUTE_CUDA_STAGED: return "cuda-staged";
+    case SMDDP_ROUTE_NCCL: return "nccl";
+    }
+    return "unknown";
+}
+
 /* An op in its turn, on the route smddp__route gives it. */
 static smddp_status_t run(smddp_comm_t comm, smddp__op_t *op)
 {
     /* A staged op's stream work was enqueued at issue (smddp__route_prepare). */
-    if (op->stage) return smddp__cuda_stage_run(comm, op, run_host);
+    if (op->stage) {
+        op->path = route_name(SMDDP_ROUTE_CUDA_STAGED);
+        return smddp__cuda_stage_run(comm, op, run_host);
+    }
     const char *why = NULL;
     smddp__route_t route = smddp__route(comm, op, &why);
+    op->path = route_name(route);
     switch (route) {
     case SMDDP_ROUTE_SHM:
     case SMDDP_ROUTE_NET_FLAT:

@@ -55,6 +55,9 @@ typedef struct smddp_request {
     smddp_complete_fn on_complete; /* optional, called before done is set */
     void *on_complete_arg;
     bool wait_now;           /* SMDDP_COLL_WAIT_NOW: the issuer waits for it at once */
+    uint64_t trace_id;       /* its slot in the flight recorder (trace.h); 0: none */
+    const char *path;        /* the route it took (static name; exec.c, p2p) */
+    const char *algo;        /* the algorithm it ran, when the path has several (static name) */
 
     struct smddp_comm *comm;
     struct smddp_request *next;

@@ -89,6 +89,9 @@ static const param_row_t rows[] = {
      "share of the CPU, but a thread woken for new work does not preempt the application's "
      "thread on its core, which then runs an operation it waits for itself) or normal "
      "(SCHED_OTHER)", OFF(thread_sched), 0, "batch|normal"},
+    {"SMDDP_TRACE_BUFFER", P_INT, "2000",
+     "operations each communicator's flight recorder keeps (the last ones; 0 turns it off); "
+     "smddp_comm_dump_trace() writes them", OFF(trace_buffer), 0, NULL},
     {"SMDDP_CUDA_BUFFER_SIZE", P_SIZE, "67108864",
      "device staging buffer per local rank for CUDA collectives, shared with peers through CUDA "
      "IPC (bytes; two halves, used in turn)", OFF(cuda_buffer), 0, NULL},

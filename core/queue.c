@@ -24,9 +24,10 @@
 #include "p2p/p2p.h"
 #include "param.h"
 #include "queue.h"
+#include "trace.h"
 
 /* Executes one op (exec_lock held); failures abort the communicator so later ops fail fast. */
-static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op)
+static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op, int64_t now_ns)
 {
     /*
      * A peer that aborted may have posted its part of this op before it gave
@@ -34,7 +35,9 @@ static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op)
      * does): adopt the peer's abort before running anything.
      */
     SMDDP_CHECK(smddp__comm_check_alive(comm, op));
-    op->deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
+    if (!now_ns) now_ns = smddp__now_ns();
+    smddp__trace_start(comm->trace, op, now_ns);
+    op->deadline_ns = now_ns + comm->timeout_ms * 1000000LL;
     smddp__clear_error();
     smddp_status_t st = smddp__op_execute(comm, op);
     /*
@@ -71,7 +74,7 @@ static bool run_head_locked(smddp_comm_t comm, const smddp__op_t *upto)
         pthread_mutex_unlock(&comm->exec_lock);
         return false;
     }
-    smddp_status_t st = run_op(comm, op);
+    smddp_status_t st = run_op(comm, op, 0);
     pthread_mutex_unlock(&comm->exec_lock);
     smddp__op_complete(op, st);
     smddp__request_unref(op); /* the engine's reference */
@@ -90,12 +93,17 @@ static void *progress_main(void *arg)
     smddp_comm_t comm = arg;
     smddp__library_thread_begin("progress");
     for (;;) {
-        if (run_head(comm)) continue;
+        /*
+         * exec_lock is taken only for queued work, so that a caller finding
+         * the communicator idle (no queue, exec_lock free) runs its op at
+         * once rather than find this thread checking an empty queue.
+         */
         pthread_mutex_lock(&comm->lock);
         while (!comm->head && !comm->stopping) pthread_cond_wait(&comm->cond, &comm->lock);
         bool stop = !comm->head && comm->stopping;
         pthread_mutex_unlock(&comm->lock);
         if (stop) return NULL;
+        while (run_head(comm)) continue;
     }
 }
 
@@ -132,7 +140,12 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
         if (op->root >= 0)
             op->seq = op->kind == SMDDP_OP_SEND ? comm->p2p_send_seq[op->root]++
                                                 : comm->p2p_recv_seq[op->root]++;
+        int64_t now = comm->trace ? smddp__now_ns() : 0;
+        op->path = "p2p";
+        smddp__trace_issue(comm->trace, op, now);
+        smddp__trace_start(comm->trace, op, now);
         smddp_status_t st = smddp__p2p_submit(comm, op);
+        if (st < 0) smddp__trace_finish(comm->trace, op, st);
         if (st < 0 && op->root >= 0) { /* never issued: the next message keeps this number */
             if (op->kind == SMDDP_OP_SEND)
                 comm->p2p_send_seq[op->root]--;
@@ -150,6 +163,9 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
     }
     op->seq = comm->next_seq;
     comm->next_seq += op->seq_span ? op->seq_span : 1;
+    /* One clock read serves the recorder's issue time and, run here, the start. */
+    int64_t now = comm->trace ? smddp__now_ns() : 0;
+    smddp__trace_issue(comm->trace, op, now);
 
     /*
      * A host op its issuer waits for at once runs here, on an idle
@@ -162,7 +178,7 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
     if (run_now && smddp__params()->inline_exec && !comm->head &&
         pthread_mutex_trylock(&comm->exec_lock) == 0) {
         pthread_mutex_unlock(&comm->lock);
-        smddp_status_t st = run_op(comm, op);
+        smddp_status_t st = run_op(comm, op, now);
         pthread_mutex_unlock(&comm->exec_lock);
         smddp__op_complete(op, st);
         if (req) { /* finished: its status is the request's */

@@ -16,6 +16,7 @@
 #include "cuda/stage.h"
 #include "fail.h"
 #include "request.h"
+#include "trace.h"
 
 long smddp__futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
 {
@@ -71,6 +72,7 @@ void smddp__op_complete(smddp__op_t *op, smddp_status_t st)
         snprintf(op->errmsg, sizeof(op->errmsg), "%s", smddp__last_error());
         smddp__comm_set_last_error(op->comm, op->errmsg);
     }
+    smddp__trace_finish(op->comm->trace, op, st);
     if (op->on_complete) op->on_complete(op->on_complete_arg, st);
     atomic_store(&op->done, 1);
     if (atomic_load(&op->sleepers) > 0) smddp__futex(&op->done, FUTEX_WAKE, INT_MAX, NULL);

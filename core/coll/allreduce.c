@@ -134,6 +134,7 @@ smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
                   bytes <= smddp__shm_half_size(comm);
     SMDDP_TRACE("rank %d: allreduce seq %llu: %zu bytes, %s through shm", comm->rank,
                 (unsigned long long)op->seq, bytes, oneshot ? "one-shot" : "two-shot");
+    op->algo = oneshot ? "one-shot" : "two-shot";
     return oneshot ? allreduce_oneshot(comm, op) : allreduce_twoshot(comm, op, -1);
 }
 

@@ -154,7 +154,7 @@ static const char *const api[] = {
     "smddp_gather",           "smddp_scatter",         "smddp_barrier",
     "smddp_send",             "smddp_recv",            "smddp_dtype_size",
     "smddp_dtype_name",       "smddp_op_name",         "smddp_print_settings",
-    "smddp_request_source",   "smddp_request_enqueued",
+    "smddp_request_source",   "smddp_request_enqueued", "smddp_comm_dump_trace",
 };
 #define NAPI (sizeof(api) / sizeof(api[0]))
 

@@ -304,6 +304,20 @@ SMDDP_API smddp_status_t smddp_comm_abort(smddp_comm_t comm);
 SMDDP_API smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeout_ms);
 
 /**
+ * Writes the communicator's flight recorder, its last SMDDP_TRACE_BUFFER
+ * operations (default 2000), as JSON to path: for each, its sequence
+ * number, kind, count, dtype, reduction, root or peer, memory type, path
+ * and algorithm, when it was issued, started and finished (CLOCK_MONOTONIC
+ * ns; the file also holds both clocks at the time of writing), and its state
+ * (queued, running, done, failed) and status. The file appears whole or not
+ * at all. Local; safe from any thread, while operations run and after the
+ * communicator failed. Fails with SMDDP_ERR_INVALID_ARGUMENT when the
+ * recorder is off (SMDDP_TRACE_BUFFER=0), SMDDP_ERR_SYSTEM when the file
+ * cannot be written.
+ */
+SMDDP_API smddp_status_t smddp_comm_dump_trace(smddp_comm_t comm, const char *path);
+
+/**
  * Waits for operations still queued on the communicator (each up to its
  * deadline), then frees it and every resource it holds. Requests not freed
  * yet stay valid until smddp_request_free(). comm may be NULL (no-op).
