@@ -318,6 +318,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::enqueue(
   return work;
 }
 
+void ProcessGroupSMDDP::dump_trace(const std::string& path) {
+  std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+  TORCH_CHECK(comm_ != nullptr, "smddp.dump_trace: the process group has been shut down");
+  smddp_status_t st = smddp_comm_dump_trace(comm_, path.c_str());
+  TORCH_CHECK(st == SMDDP_OK, "smddp.dump_trace: ", comm_error(comm_));
+}
+
 void ProcessGroupSMDDP::fail_issue(const char* fn, smddp_status_t st) {
   std::ostringstream msg;
   msg << "smddp " << fn << " failed (" << smddp_status_string(st) << "): " << issue_error(comm_);

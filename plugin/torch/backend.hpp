@@ -169,6 +169,10 @@ class ProcessGroupSMDDP : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 
+  // Writes libsmddp's flight recorder of this group's communicator to path
+  // (smddp_comm_dump_trace); throws with libsmddp's message on failure.
+  void dump_trace(const std::string& path);
+
  private:
   c10::intrusive_ptr<c10d::Work> recv_from(std::vector<at::Tensor>& tensors, int srcRank, int tag);
   c10::intrusive_ptr<WorkSMDDP> new_work(c10d::OpType type, std::vector<at::Tensor> outputs);

@@ -23,4 +23,16 @@ PYBIND11_MODULE(_C, m) {
         py::arg("size"), py::arg("timeout_ms"),
         "Creates the smddp backend for one group (collective over its ranks).",
         py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "dump_trace",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend, const std::string& path) {
+        auto* pg = dynamic_cast<smddp_torch::ProcessGroupSMDDP*>(backend.get());
+        TORCH_CHECK(pg != nullptr, "smddp.dump_trace: the group's CPU backend is ",
+                    backend ? backend->getBackendName() : std::string("none"),
+                    ", not smddp");
+        pg->dump_trace(path);
+      },
+      py::arg("backend"), py::arg("path"),
+      "Writes the flight recorder of an smddp backend's communicator to path.",
+      py::call_guard<py::gil_scoped_release>());
 }

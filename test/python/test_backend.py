@@ -537,6 +537,48 @@ def _check_barrier_timeout(rank, world, gloo):
     return failures
 
 
+def _check_dump_trace(rank, world, gloo):
+    import json
+    import tempfile
+
+    import smddp
+
+    failures = []
+    t = torch.ones(5)
+    for _ in range(4):
+        dist.all_reduce(t)
+    dist.broadcast(t, src=1)
+    folder = tempfile.mkdtemp(prefix="smddp-trace-test-")
+    os.environ["SMDDP_TRACE_DIR"] = folder
+    os.environ["SMDDP_JOB_ID"] = "unit test"
+    path = smddp.dump_trace()
+    if not os.path.basename(path).startswith("smddp-trace-unit_test-") or \
+            not path.endswith(f"-r{rank}.json") or os.path.dirname(path) != folder:
+        failures.append(f"default path {path}")
+    with open(path) as f:
+        trace = json.load(f)
+    kinds = [op["kind"] for op in trace["ops"]]
+    if kinds[-5:] != ["allreduce"] * 4 + ["broadcast"]:
+        failures.append(f"last ops recorded: {kinds[-5:]}")
+    last = trace["ops"][-1]
+    if (last["root"], last["count"], last["dtype"], last["state"], last["path"]) != \
+            (1, 5, "float32", "done", "shm"):
+        failures.append(f"the broadcast's entry: {last}")
+    if trace["rank"] != rank or trace["size"] != world:
+        failures.append(f"header: rank {trace['rank']} size {trace['size']}")
+    try:
+        smddp.dump_trace(gloo, os.path.join(folder, "gloo.json"))
+        failures.append("dump_trace on a gloo group did not raise")
+    except RuntimeError as err:
+        if "not smddp" not in str(err):
+            failures.append(f"dump_trace on gloo: {err}")
+    return failures
+
+
+def test_dump_trace():
+    run_ranks(_check_dump_trace, 2)
+
+
 def test_barrier_timeout_is_honoured():
     run_ranks(_check_barrier_timeout, 2)
 

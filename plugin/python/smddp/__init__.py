@@ -110,4 +110,48 @@ except Exception as _err:  # noqa: BLE001
 
 from smddp.dist import init_process_group  # noqa: E402  (needs the names above)
 
-__all__ += ["init_process_group"]
+
+def dump_trace(group=None, path=None) -> str:
+    """Writes this rank's flight recorder for an smddp group; returns the path.
+
+    The recorder holds the group's last SMDDP_TRACE_BUFFER operations (default
+    2000): each one's sequence number, kind, count, dtype, reduction, root or
+    peer, path and algorithm, when it was issued, started and finished, and
+    how it ended (JSON; ``python -m json.tool`` reads it). group: a process
+    group whose CPU backend is smddp (default: the default group). path: the
+    file to write; without it, ``$SMDDP_TRACE_DIR/smddp-trace-<job>-<group>-
+    r<rank>.json`` (job: SMDDP_JOB_ID, else TORCHELASTIC_RUN_ID, else "job").
+    """
+    import os
+    import re
+
+    import torch.distributed as dist
+
+    if _load_error is not None:
+        raise RuntimeError(f"the smddp backend is not available: {_load_error}")
+    from smddp import _C
+
+    if group is None:
+        group = dist.group.WORLD
+    if group is None:
+        raise RuntimeError("smddp.dump_trace: torch.distributed is not initialised")
+    if path is None:
+        folder = os.environ.get("SMDDP_TRACE_DIR")
+        if not folder:
+            raise ValueError("smddp.dump_trace: give a path, or set SMDDP_TRACE_DIR to a folder")
+        job = os.environ.get("SMDDP_JOB_ID") or os.environ.get("TORCHELASTIC_RUN_ID") or "job"
+        name = getattr(group, "group_name", None) or "group"
+
+        def clean(text):
+            return re.sub(r"[^A-Za-z0-9_.-]", "_", str(text))
+
+        path = os.path.join(
+            folder,
+            f"smddp-trace-{clean(job)}-{clean(name)}-r{dist.get_rank(group)}.json",
+        )
+    backend = group._get_backend(torch.device("cpu"))
+    _C.dump_trace(backend, os.fspath(path))
+    return os.fspath(path)
+
+
+__all__ += ["init_process_group", "dump_trace"]
