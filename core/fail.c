@@ -14,6 +14,8 @@
 #include <time.h>
 
 #include "fail.h"
+#include "param.h"
+#include "trace.h"
 #include "transport/shm.h"
 #include "transport/watch.h"
 
@@ -24,6 +26,20 @@ void smddp__comm_set_last_error(smddp_comm_t comm, const char *msg)
     pthread_mutex_unlock(&comm->err_lock);
 }
 
+/* SMDDP_TRACE_DIR: the flight recorder of a communicator that has just failed. */
+static void dump_on_failure(smddp_comm_t comm)
+{
+    char path[4096], before[SMDDP_ERRMSG_MAX];
+    snprintf(before, sizeof(before), "%s", smddp__last_error()); /* the caller reports it */
+    if (smddp__trace_default_path(comm->prefix, comm->rank, path, sizeof(path)) == SMDDP_OK &&
+        smddp__trace_dump(comm->trace, path, comm->prefix, comm->rank, comm->size) == SMDDP_OK)
+        SMDDP_WARN("rank %d: flight recorder written to %s", comm->rank, path);
+    else
+        SMDDP_WARN("rank %d: cannot write the flight recorder: %s", comm->rank,
+                   smddp__last_error());
+    smddp__error_quiet(SMDDP_ERR_INTERNAL, "%s", before);
+}
+
 void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg)
 {
     /*
@@ -31,7 +47,8 @@ void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg
      * written before the flag, which is read without err_lock.
      */
     pthread_mutex_lock(&comm->err_lock);
-    if (!atomic_load(&comm->aborted)) {
+    bool first = !atomic_load(&comm->aborted);
+    if (first) {
         snprintf(comm->abort_msg, sizeof(comm->abort_msg), "%s", msg);
         comm->abort_status = status;
         atomic_store(&comm->aborted, 1);
@@ -40,6 +57,7 @@ void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg
     char shared[SMDDP_ERRMSG_MAX];
     snprintf(shared, sizeof(shared), "%s", comm->abort_msg);
     smddp__shm_abort(comm, shared);
+    if (first && comm->trace && smddp__params()->trace_dir[0]) dump_on_failure(comm);
 }
 
 void smddp__comm_adopt_peer_abort(smddp_comm_t comm)

@@ -92,6 +92,10 @@ static const param_row_t rows[] = {
     {"SMDDP_TRACE_BUFFER", P_INT, "2000",
      "operations each communicator's flight recorder keeps (the last ones; 0 turns it off); "
      "smddp_comm_dump_trace() writes them", OFF(trace_buffer), 0, NULL},
+    {"SMDDP_TRACE_DIR", P_STRING, "",
+     "folder where each rank writes its flight recorder, smddp-trace-<job>-<comm>-r<rank>.json, "
+     "when its communicator fails (and smddp_comm_dump_trace without a path)", OFF(trace_dir),
+     CAP(trace_dir), NULL},
     {"SMDDP_CUDA_BUFFER_SIZE", P_SIZE, "67108864",
      "device staging buffer per local rank for CUDA collectives, shared with peers through CUDA "
      "IPC (bytes; two halves, used in turn)", OFF(cuda_buffer), 0, NULL},

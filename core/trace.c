@@ -89,6 +89,36 @@ void smddp__trace_finish(smddp__trace_t *t, const smddp__op_t *op, smddp_status_
                           memory_order_release);
 }
 
+/* name with everything but letters, digits, '.' and '-' made '_', into out. */
+static void clean_name(const char *name, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (; name && *name && n + 1 < cap; name++, n++) {
+        char c = *name;
+        bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '-';
+        out[n] = keep ? c : '_';
+    }
+    out[n] = '\0';
+}
+
+smddp_status_t smddp__trace_default_path(const char *comm_name, int rank, char *out, size_t cap)
+{
+    const smddp__params_t *params = smddp__params();
+    if (!params->trace_dir[0])
+        return smddp__error(SMDDP_ERR_INVALID_ARGUMENT, "no path given and SMDDP_TRACE_DIR is "
+                            "not set: give a path, or set SMDDP_TRACE_DIR to a folder");
+    const char *job = params->job_id[0] ? params->job_id : getenv("TORCHELASTIC_RUN_ID");
+    char job_c[128], comm_c[128];
+    clean_name(job && job[0] ? job : "job", job_c, sizeof(job_c));
+    clean_name(comm_name, comm_c, sizeof(comm_c));
+    if (snprintf(out, cap, "%s/smddp-trace-%s-%s-r%d.json", params->trace_dir, job_c, comm_c,
+                 rank) >= (int)cap)
+        return smddp__error(SMDDP_ERR_INVALID_ARGUMENT, "SMDDP_TRACE_DIR is too long: %s",
+                            params->trace_dir);
+    return SMDDP_OK;
+}
+
 static const char *state_name(int32_t s)
 {
     switch (s) {

@@ -58,6 +58,14 @@ void smddp__trace_start(smddp__trace_t *t, const smddp__op_t *op, int64_t now_ns
 void smddp__trace_finish(smddp__trace_t *t, const smddp__op_t *op, smddp_status_t st);
 
 /*
+ * SMDDP_TRACE_DIR/smddp-trace-<job>-<comm>-r<rank>.json into out (job:
+ * SMDDP_JOB_ID, else TORCHELASTIC_RUN_ID, else "job"; comm: comm_name with
+ * every character but letters, digits, '.' and '-' made '_'); an error when
+ * SMDDP_TRACE_DIR is not set.
+ */
+smddp_status_t smddp__trace_default_path(const char *comm_name, int rank, char *out, size_t cap);
+
+/*
  * Writes the recorder as JSON to path, oldest op first: who wrote it
  * (rank, size, communicator name), both clocks at the time of the dump (to
  * relate the monotonic times of the entries to wall time), then the

@@ -189,15 +189,18 @@ uint64_t WorkSMDDP::getSequencenumber() const {
 // ---- ProcessGroupSMDDP: lifecycle --------------------------------------------
 
 ProcessGroupSMDDP::ProcessGroupSMDDP(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                     int size, std::chrono::milliseconds timeout)
+                                     int size, std::chrono::milliseconds timeout,
+                                     const std::string& name)
     : c10d::Backend(rank, size), timeout_(timeout) {
   TORCH_CHECK(store, "smddp: the store is None");
   smddp_store_t table;
   store_bridge_init(store, &table);
   smddp_comm_config_t config = SMDDP_COMM_CONFIG_INIT;
   // torch hands every group its own PrefixStore; "smddp" keeps our keys apart
-  // from those of other backends of the same group.
-  config.prefix = "smddp";
+  // from those of other backends of the same group, and the group's name
+  // tells its communicator from the others (logs, trace files).
+  const std::string prefix = name.empty() ? std::string("smddp") : "smddp/" + name;
+  config.prefix = prefix.c_str();
   config.timeout_ms = timeout.count() > 0 ? timeout.count() : -1;
   smddp_status_t st = smddp_comm_create(&table, rank, size, &config, &comm_);
   if (st != SMDDP_OK) {
@@ -318,11 +321,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::enqueue(
   return work;
 }
 
-void ProcessGroupSMDDP::dump_trace(const std::string& path) {
+std::string ProcessGroupSMDDP::dump_trace(const std::string& path) {
   std::lock_guard<std::mutex> lock(lifecycle_mutex_);
   TORCH_CHECK(comm_ != nullptr, "smddp.dump_trace: the process group has been shut down");
-  smddp_status_t st = smddp_comm_dump_trace(comm_, path.c_str());
+  char written[4096] = "";
+  smddp_status_t st = smddp_comm_dump_trace(comm_, path.empty() ? nullptr : path.c_str(),
+                                            written, sizeof(written));
   TORCH_CHECK(st == SMDDP_OK, "smddp.dump_trace: ", comm_error(comm_));
+  return written;
 }
 
 void ProcessGroupSMDDP::fail_issue(const char* fn, smddp_status_t st) {
@@ -368,9 +374,10 @@ void ProcessGroupSMDDP::then(WorkSMDDP& work, std::function<void()> fn) {
 
 
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                 int rank, int size, int64_t timeout_ms) {
+                                                 int rank, int size, int64_t timeout_ms,
+                                                 const std::string& name) {
   return c10::make_intrusive<ProcessGroupSMDDP>(store, rank, size,
-                                                std::chrono::milliseconds(timeout_ms));
+                                                std::chrono::milliseconds(timeout_ms), name);
 }
 
 } // namespace smddp_torch

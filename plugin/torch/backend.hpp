@@ -89,8 +89,10 @@ class ProcessGroupSMDDP : public c10d::Backend {
  public:
   // Creates the communicator through store (collective over size ranks);
   // timeout becomes the communicator's deadline for every wait.
+  // name: torch's name of the group ("" if unknown), which names its
+  // communicator (the prefix "smddp/<name>": log lines, trace files).
   ProcessGroupSMDDP(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                    std::chrono::milliseconds timeout);
+                    std::chrono::milliseconds timeout, const std::string& name = "");
   // Takes over comm, a communicator split from another backend's.
   ProcessGroupSMDDP(smddp_comm_t comm, int rank, int size, std::chrono::milliseconds timeout);
   ~ProcessGroupSMDDP() override;
@@ -169,9 +171,10 @@ class ProcessGroupSMDDP : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 
-  // Writes libsmddp's flight recorder of this group's communicator to path
-  // (smddp_comm_dump_trace); throws with libsmddp's message on failure.
-  void dump_trace(const std::string& path);
+  // Writes libsmddp's flight recorder of this group's communicator to path,
+  // or "" for SMDDP_TRACE_DIR's file (smddp_comm_dump_trace); returns the
+  // path written; throws with libsmddp's message on failure.
+  std::string dump_trace(const std::string& path);
 
  private:
   c10::intrusive_ptr<c10d::Work> recv_from(std::vector<at::Tensor>& tensors, int srcRank, int tag);
@@ -250,6 +253,7 @@ class ProcessGroupSMDDP : public c10d::Backend {
 // Creates the backend for torch's extended-API registration; the store is
 // torch's per-group PrefixStore. timeout_ms < 0 takes libsmddp's default.
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                 int rank, int size, int64_t timeout_ms);
+                                                 int rank, int size, int64_t timeout_ms,
+                                                 const std::string& name);
 
 } // namespace smddp_torch

@@ -20,7 +20,7 @@ PYBIND11_MODULE(_C, m) {
   // torch must have registered c10d.Backend before we return one.
   py::module_::import("torch.distributed");
   m.def("create_backend", &smddp_torch::create_backend, py::arg("store"), py::arg("rank"),
-        py::arg("size"), py::arg("timeout_ms"),
+        py::arg("size"), py::arg("timeout_ms"), py::arg("name") = std::string(),
         "Creates the smddp backend for one group (collective over its ranks).",
         py::call_guard<py::gil_scoped_release>());
   m.def(
@@ -30,7 +30,7 @@ PYBIND11_MODULE(_C, m) {
         TORCH_CHECK(pg != nullptr, "smddp.dump_trace: the group's CPU backend is ",
                     backend ? backend->getBackendName() : std::string("none"),
                     ", not smddp");
-        pg->dump_trace(path);
+        return pg->dump_trace(path);
       },
       py::arg("backend"), py::arg("path"),
       "Writes the flight recorder of an smddp backend's communicator to path.",

@@ -539,7 +539,6 @@ def _check_barrier_timeout(rank, world, gloo):
 
 def _check_dump_trace(rank, world, gloo):
     import json
-    import tempfile
 
     import smddp
 
@@ -548,11 +547,9 @@ def _check_dump_trace(rank, world, gloo):
     for _ in range(4):
         dist.all_reduce(t)
     dist.broadcast(t, src=1)
-    folder = tempfile.mkdtemp(prefix="smddp-trace-test-")
-    os.environ["SMDDP_TRACE_DIR"] = folder
-    os.environ["SMDDP_JOB_ID"] = "unit test"
+    folder = os.environ["SMDDP_TRACE_DIR"]  # set by the test before smddp loaded
     path = smddp.dump_trace()
-    if not os.path.basename(path).startswith("smddp-trace-unit_test-") or \
+    if not os.path.basename(path).startswith("smddp-trace-unit_test-smddp_") or \
             not path.endswith(f"-r{rank}.json") or os.path.dirname(path) != folder:
         failures.append(f"default path {path}")
     with open(path) as f:
@@ -575,8 +572,9 @@ def _check_dump_trace(rank, world, gloo):
     return failures
 
 
-def test_dump_trace():
-    run_ranks(_check_dump_trace, 2)
+def test_dump_trace(tmp_path):
+    run_ranks(_check_dump_trace, 2,
+              env={"SMDDP_TRACE_DIR": str(tmp_path), "SMDDP_JOB_ID": "unit test"})
 
 
 def test_barrier_timeout_is_honoured():

@@ -4,7 +4,9 @@
  * still-running operations, dumps taken while operations run, and the
  * recorder turned off.
  */
+#include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -78,7 +80,7 @@ static void recorder_rank(smddp_comm_t comm, int rank, int size, void *arg)
     if (rank == 0) H_OK(smddp_send(comm, &msg, 1, SMDDP_INT32, 1, 5, NULL, NULL));
     if (rank == 1) H_OK(smddp_recv(comm, &msg, 1, SMDDP_INT32, 0, 5, NULL, NULL));
 
-    H_OK(smddp_comm_dump_trace(comm, path));
+    H_OK(smddp_comm_dump_trace(comm, path, NULL, 0));
     char *s = slurp(path);
     H_CHECK(s != NULL, "no dump at %s", path);
     H_CHECK(strstr(s, "\"format\": \"smddp-trace\"") && strstr(s, "\"capacity\": 64"),
@@ -125,7 +127,7 @@ static void recorder_rank(smddp_comm_t comm, int rank, int size, void *arg)
     float y[2] = {0};
     H_CHECK(smddp_allreduce(comm, y, y, 1 + rank % 2, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL) ==
                 SMDDP_ERR_MISMATCH, "mismatched counts did not fail");
-    H_OK(smddp_comm_dump_trace(comm, path));
+    H_OK(smddp_comm_dump_trace(comm, path, NULL, 0));
     s = slurp(path);
     H_CHECK(s != NULL, "no dump after the failure");
     const char *last = strrchr(s, '{');
@@ -158,7 +160,7 @@ static void *dumper(void *arg)
 {
     dumper_t *d = arg;
     while (!atomic_load(&d->stop)) {
-        if (smddp_comm_dump_trace(d->comm, d->path) != SMDDP_OK) {
+        if (smddp_comm_dump_trace(d->comm, d->path, NULL, 0) != SMDDP_OK) {
             atomic_fetch_add(&d->bad, 1);
             continue;
         }
@@ -201,7 +203,7 @@ static void concurrent_rank(smddp_comm_t comm, int rank, int size, void *arg)
     smddp_request_t r;
     if (rank == 0) {
         H_OK(smddp_broadcast(comm, &v, 1, SMDDP_INT32, 1, NULL, &r));
-        H_OK(smddp_comm_dump_trace(comm, path));
+        H_OK(smddp_comm_dump_trace(comm, path, NULL, 0));
         char *s = slurp(path);
         const char *last = s ? strrchr(s, '{') : NULL;
         H_CHECK(last && strstr(last, "\"kind\": \"broadcast\"") &&
@@ -229,11 +231,11 @@ static void test_dump_while_running(void **state)
 static void off_rank(smddp_comm_t comm, int rank, int size, void *arg)
 {
     (void)rank, (void)size, (void)arg;
-    H_CHECK(smddp_comm_dump_trace(comm, "/tmp/smddp-test-trace-off.json") ==
+    H_CHECK(smddp_comm_dump_trace(comm, "/tmp/smddp-test-trace-off.json", NULL, 0) ==
                 SMDDP_ERR_INVALID_ARGUMENT, "a dump with the recorder off");
     H_CHECK(strstr(smddp_get_last_error(comm), "SMDDP_TRACE_BUFFER=0") != NULL, "message: %s",
             smddp_get_last_error(comm));
-    H_CHECK(smddp_comm_dump_trace(comm, NULL) == SMDDP_ERR_INVALID_ARGUMENT, "NULL path");
+    H_CHECK(smddp_comm_dump_trace(comm, NULL, NULL, 0) == SMDDP_ERR_INVALID_ARGUMENT, "NULL path");
     H_CHECK(access("/tmp/smddp-test-trace-off.json", F_OK) != 0, "a file was written");
 }
 
@@ -246,7 +248,7 @@ static void test_off(void **state)
 static void bad_dir_rank(smddp_comm_t comm, int rank, int size, void *arg)
 {
     (void)rank, (void)size, (void)arg;
-    H_CHECK(smddp_comm_dump_trace(comm, "/nonexistent-dir/t.json") == SMDDP_ERR_SYSTEM,
+    H_CHECK(smddp_comm_dump_trace(comm, "/nonexistent-dir/t.json", NULL, 0) == SMDDP_ERR_SYSTEM,
             "a dump into a missing folder");
     H_CHECK(strstr(smddp_get_last_error(comm), "/nonexistent-dir/t.json") != NULL, "message: %s",
             smddp_get_last_error(comm));
@@ -258,6 +260,67 @@ static void test_bad_dir(void **state)
     run(1, bad_dir_rank, NULL);
 }
 
+/*
+ * SMDDP_TRACE_DIR: when a peer dies, each survivor writes its recorder to
+ * the folder on its own, the op it was in last; the dead rank writes none.
+ */
+static void die_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size;
+    const char *dir = arg;
+    float x[4] = {1, 1, 1, 1};
+    H_OK(smddp_allreduce(comm, x, x, 4, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL));
+    if (rank == 1) raise(SIGKILL);
+    smddp_status_t st = smddp_allreduce(comm, x, x, 4, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL);
+    H_CHECK(st == SMDDP_ERR_PEER_LOST || st == SMDDP_ERR_ABORTED, "allreduce with a dead peer: %s",
+            smddp_status_string(st));
+    char suffix[32], path[1024] = "";
+    snprintf(suffix, sizeof(suffix), "-r%d.json", rank);
+    DIR *d = opendir(dir);
+    H_CHECK(d != NULL, "no folder %s", dir);
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t n = strlen(e->d_name), m = strlen(suffix);
+        if (n > m && strcmp(e->d_name + n - m, suffix) == 0 &&
+            strncmp(e->d_name, "smddp-trace-", 12) == 0)
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    H_CHECK(path[0], "rank %d wrote no smddp-trace-*%s in %s", rank, suffix, dir);
+    char *s = slurp(path);
+    const char *last = s ? strrchr(s, '{') : NULL;
+    H_CHECK(last && strstr(last, "\"kind\": \"allreduce\"") &&
+                (strstr(last, "\"state\": \"running\"") || strstr(last, "\"state\": \"failed\"")),
+            "last op in %s: %s", path, last ? last : "(none)");
+    free(s);
+}
+
+static void test_dump_on_failure(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/smddp-test-trace-fail-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char env[256];
+    snprintf(env, sizeof(env), "SMDDP_TRACE_DIR=%s", dir);
+    harness_opts_t opts = {.env = env, .timeout_s = 120, .expect_signal = {0, SIGKILL, 0}};
+    assert_int_equal(harness_run(3, die_rank, dir, &opts), 0);
+    /* Two files, from ranks 0 and 2; none from the dead rank 1. */
+    int files = 0, from_dead = 0;
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        files++;
+        from_dead += strstr(e->d_name, "-r1.json") != NULL;
+        char p[1024];
+        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+        remove(p);
+    }
+    closedir(d);
+    rmdir(dir);
+    assert_int_equal(files, 2);
+    assert_int_equal(from_dead, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -265,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_dump_while_running),
         cmocka_unit_test(test_off),
         cmocka_unit_test(test_bad_dir),
+        cmocka_unit_test(test_dump_on_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -305,7 +305,12 @@ SMDDP_API smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeo
 
 /**
  * Writes the communicator's flight recorder, its last SMDDP_TRACE_BUFFER
- * operations (default 2000), as JSON to path: for each, its sequence
+ * operations (default 2000), as JSON to path, or with path NULL to
+ * SMDDP_TRACE_DIR/smddp-trace-<job>-<comm>-r<rank>.json, the file each rank
+ * also writes when its communicator fails (job: SMDDP_JOB_ID, else
+ * TORCHELASTIC_RUN_ID, else "job"; comm: the communicator's prefix, with
+ * characters other than letters, digits, '.' and '-' made '_'). When
+ * written is not NULL it receives the path (up to cap bytes). For each op: its sequence
  * number, kind, count, dtype, reduction, root or peer, memory type, path
  * and algorithm, when it was issued, started and finished (CLOCK_MONOTONIC
  * ns; the file also holds both clocks at the time of writing), and its state
@@ -313,9 +318,11 @@ SMDDP_API smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeo
  * at all. Local; safe from any thread, while operations run and after the
  * communicator failed. Fails with SMDDP_ERR_INVALID_ARGUMENT when the
  * recorder is off (SMDDP_TRACE_BUFFER=0), SMDDP_ERR_SYSTEM when the file
- * cannot be written.
+ * cannot be written, SMDDP_ERR_INVALID_ARGUMENT also when path is NULL and
+ * SMDDP_TRACE_DIR is not set.
  */
-SMDDP_API smddp_status_t smddp_comm_dump_trace(smddp_comm_t comm, const char *path);
+SMDDP_API smddp_status_t smddp_comm_dump_trace(smddp_comm_t comm, const char *path, char *written,
+                                               size_t cap);
 
 /**
  * Waits for operations still queued on the communicator (each up to its

@@ -55,6 +55,7 @@ def _create(dist_backend_opts, backend_options):
         dist_backend_opts.group_rank,
         dist_backend_opts.group_size,
         _timeout_ms(dist_backend_opts.timeout),
+        str(getattr(dist_backend_opts, "group_id", "") or ""),
     )
 
 
@@ -119,11 +120,12 @@ def dump_trace(group=None, path=None) -> str:
     peer, path and algorithm, when it was issued, started and finished, and
     how it ended (JSON; ``python -m json.tool`` reads it). group: a process
     group whose CPU backend is smddp (default: the default group). path: the
-    file to write; without it, ``$SMDDP_TRACE_DIR/smddp-trace-<job>-<group>-
-    r<rank>.json`` (job: SMDDP_JOB_ID, else TORCHELASTIC_RUN_ID, else "job").
+    file to write; without it, ``$SMDDP_TRACE_DIR/smddp-trace-<job>-<comm>-
+    r<rank>.json``, the file libsmddp also writes when the group fails (job:
+    SMDDP_JOB_ID, else TORCHELASTIC_RUN_ID, else "job"; comm: "smddp_" and
+    torch's name of the group).
     """
     import os
-    import re
 
     import torch.distributed as dist
 
@@ -135,23 +137,8 @@ def dump_trace(group=None, path=None) -> str:
         group = dist.group.WORLD
     if group is None:
         raise RuntimeError("smddp.dump_trace: torch.distributed is not initialised")
-    if path is None:
-        folder = os.environ.get("SMDDP_TRACE_DIR")
-        if not folder:
-            raise ValueError("smddp.dump_trace: give a path, or set SMDDP_TRACE_DIR to a folder")
-        job = os.environ.get("SMDDP_JOB_ID") or os.environ.get("TORCHELASTIC_RUN_ID") or "job"
-        name = getattr(group, "group_name", None) or "group"
-
-        def clean(text):
-            return re.sub(r"[^A-Za-z0-9_.-]", "_", str(text))
-
-        path = os.path.join(
-            folder,
-            f"smddp-trace-{clean(job)}-{clean(name)}-r{dist.get_rank(group)}.json",
-        )
     backend = group._get_backend(torch.device("cpu"))
-    _C.dump_trace(backend, os.fspath(path))
-    return os.fspath(path)
+    return _C.dump_trace(backend, "" if path is None else os.fspath(path))
 
 
 __all__ += ["init_process_group", "dump_trace"]
