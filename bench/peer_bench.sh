@@ -37,6 +37,14 @@ if [ "$(cat "$out/installed" 2>/dev/null)" != "$stamp" ]; then
 fi
 
 export DS_ACCELERATOR=cpu
+# DeepSpeed's shared-memory op leaves its buffers in /dev/shm (about 550 MiB
+# per run of 2 ranks, more with 4): the ones this run made go when it ends.
+shm_before=$(ls /dev/shm 2>/dev/null | grep '^deepspeed_' | sort || true)
+cleanup_ds_shm() {
+    comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | grep '^deepspeed_' | sort) |
+        while read -r f; do [ -n "$f" ] && rm -f "/dev/shm/$f"; done
+}
+trap cleanup_ds_shm EXIT
 rc=0
 if [ $# -gt 0 ]; then
     "$py" bench/peer_bench.py --out "$out" "$@" || rc=$?
