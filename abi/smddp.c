@@ -119,6 +119,13 @@ smddp_status_t smddp_comm_abort(smddp_comm_t comm)
     return SMDDP_OK;
 }
 
+smddp_status_t smddp_comm_status(smddp_comm_t comm)
+{
+    if (!comm) return INVALID(NULL, "smddp_comm_status: comm is NULL");
+    if (!atomic_load(&comm->aborted)) return SMDDP_OK;
+    return comm->abort_status < 0 ? comm->abort_status : SMDDP_ERR_ABORTED;
+}
+
 smddp_status_t smddp_comm_dump_trace(smddp_comm_t comm, const char *path, char *written,
                                      size_t cap)
 {

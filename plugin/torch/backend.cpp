@@ -40,9 +40,36 @@ static std::optional<c10::Device> cuda_device(const std::vector<at::Tensor>& out
   return std::nullopt;
 }
 
+// The name torch.profiler shows for a work, as gloo's and NCCL's ("gloo:all_reduce").
+static const char* profiling_title(c10d::OpType type) {
+  using c10d::OpType;
+  switch (type) {
+    case OpType::BROADCAST: return "smddp:broadcast";
+    case OpType::ALLREDUCE: return "smddp:all_reduce";
+    case OpType::ALLREDUCE_COALESCED: return "smddp:all_reduce_coalesced";
+    case OpType::REDUCE: return "smddp:reduce";
+    case OpType::ALLGATHER: return "smddp:all_gather";
+    case OpType::_ALLGATHER_BASE: return "smddp:_allgather_base";
+    case OpType::ALLGATHER_COALESCED: return "smddp:all_gather_coalesced";
+    case OpType::GATHER: return "smddp:gather";
+    case OpType::SCATTER: return "smddp:scatter";
+    case OpType::REDUCE_SCATTER: return "smddp:reduce_scatter";
+    case OpType::_REDUCE_SCATTER_BASE: return "smddp:_reduce_scatter_base";
+    case OpType::ALLTOALL_BASE: return "smddp:all_to_all";
+    case OpType::ALLTOALL: return "smddp:all_to_all";
+    case OpType::SEND: return "smddp:send";
+    case OpType::RECV: return "smddp:recv";
+    case OpType::RECVANYSOURCE: return "smddp:recvAnySource";
+    case OpType::BARRIER: return "smddp:barrier";
+    case OpType::COALESCED: return "smddp:coalesced";
+    default: return "smddp:collective";
+  }
+}
+
 WorkSMDDP::WorkSMDDP(int rank, c10d::OpType type, smddp_comm_t comm, uint64_t seq,
                      std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type), comm_(comm), seq_(seq), outputs_(std::move(outputs)) {
+    : c10d::Work(rank, type, profiling_title(type)), comm_(comm), seq_(seq),
+      outputs_(std::move(outputs)) {
   std::vector<c10::Device> devices;
   if (auto dev = cuda_device(outputs_)) {
     devices.push_back(*dev);
@@ -89,6 +116,9 @@ void WorkSMDDP::release_pending() {
 void WorkSMDDP::complete() {
   // Keeps this work alive to the end of the function, then lets it go.
   auto self = std::move(self_);
+  if (timed_) {
+    completed_at_ = std::chrono::steady_clock::now();
+  }
   // CUDA: copies back and the Future's events go on the issuer's stream.
   std::optional<c10::StreamGuard> guard;
   if (stream_) {
@@ -180,6 +210,14 @@ int WorkSMDDP::sourceRank() const {
               "it first)");
   TORCH_CHECK(rank >= 0, "smddp: the recv failed before any rank's message was matched");
   return rank;
+}
+
+float WorkSMDDP::getDuration() const {
+  TORCH_CHECK(timed_, "smddp: getDuration() needs the backend's enableCollectivesTiming() "
+              "before the work is issued");
+  TORCH_CHECK(completed_at_ != std::chrono::steady_clock::time_point{},
+              "smddp: getDuration() of a work that has not completed (wait() on it first)");
+  return std::chrono::duration<float, std::milli>(completed_at_ - issued_at_).count();
 }
 
 uint64_t WorkSMDDP::getSequencenumber() const {
@@ -287,7 +325,26 @@ void ProcessGroupSMDDP::shutdown() {
 c10::intrusive_ptr<WorkSMDDP> ProcessGroupSMDDP::new_work(c10d::OpType type,
                                                           std::vector<at::Tensor> outputs) {
   TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
-  return c10::make_intrusive<WorkSMDDP>(rank_, type, comm_, ++seq_, std::move(outputs));
+  auto work = c10::make_intrusive<WorkSMDDP>(rank_, type, comm_, ++seq_, std::move(outputs));
+  if (timing_.load(std::memory_order_relaxed)) {
+    work->timed_ = true;
+    work->issued_at_ = std::chrono::steady_clock::now();
+  }
+  return work;
+}
+
+c10d::ErrorType ProcessGroupSMDDP::getError() {
+  std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+  if (comm_ == nullptr) {
+    return c10d::ErrorType::SUCCESS;
+  }
+  switch (smddp_comm_status(comm_)) {
+    case SMDDP_OK: return c10d::ErrorType::SUCCESS;
+    case SMDDP_ERR_TIMEOUT: return c10d::ErrorType::TIMEOUT;
+    case SMDDP_ERR_PEER_LOST:
+    case SMDDP_ERR_ABORTED: return c10d::ErrorType::REMOTE_ERROR;
+    default: return c10d::ErrorType::COMM_ERROR;
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::enqueue(

@@ -49,6 +49,10 @@ class WorkSMDDP : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override;
   uint64_t getSequencenumber() const override;
+  // Milliseconds from issue to completion, for works issued after the
+  // backend's enableCollectivesTiming(); throws for others, or before the
+  // work completed.
+  float getDuration() const override;
   // The sender of a completed recv (for recvAnysource, the rank it matched).
   int sourceRank() const override;
 
@@ -81,6 +85,9 @@ class WorkSMDDP : public c10d::Work {
   // The caller waits for this work as soon as it is returned (torch's
   // async_op=False): its requests ask libsmddp to run them at issue.
   bool wait_now_ = false;
+  // enableCollectivesTiming(): issue and completion times (steady clock).
+  bool timed_ = false;
+  std::chrono::steady_clock::time_point issued_at_, completed_at_;
   std::mutex error_mutex_;
   std::string error_;                   // the first failed request's message
 };
@@ -170,6 +177,14 @@ class ProcessGroupSMDDP : public c10d::Backend {
 
   void abort() override;
   void shutdown() override;
+  // SUCCESS while the communicator works; else its first failure: TIMEOUT,
+  // REMOTE_ERROR (a peer died or aborted), COMM_ERROR (anything else).
+  c10d::ErrorType getError() override;
+  // From now on, works record when they were issued and when they completed
+  // (Work.getDuration(), in ms).
+  void enableCollectivesTiming() override {
+    timing_.store(true);
+  }
 
   // Writes libsmddp's flight recorder of this group's communicator to path,
   // or "" for SMDDP_TRACE_DIR's file (smddp_comm_dump_trace); returns the
@@ -243,6 +258,7 @@ class ProcessGroupSMDDP : public c10d::Backend {
   smddp_comm_t comm_ = nullptr;
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> seq_{0};
+  std::atomic<bool> timing_{false};
   std::once_flag shutdown_once_;
   // abort() may come from another thread (a watchdog) while shutdown()
   // destroys the communicator: it waits for the destroy rather than use a

@@ -577,6 +577,54 @@ def test_dump_trace(tmp_path):
               env={"SMDDP_TRACE_DIR": str(tmp_path), "SMDDP_JOB_ID": "unit test"})
 
 
+def _check_profiler_events(rank, world, gloo):
+    from torch.profiler import ProfilerActivity, profile
+
+    t = torch.ones(8)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        dist.all_reduce(t)
+        dist.broadcast(t, src=0)
+        dist.barrier()
+    names = {e.name for e in prof.events()}
+    want = {"smddp:all_reduce", "smddp:broadcast", "smddp:barrier"}
+    return [f"profiler events lack {sorted(want - names)}; smddp ones: "
+            f"{sorted(n for n in names if 'smddp' in n)}"] if want - names else []
+
+
+def _check_collectives_timing(rank, world, gloo):
+    import time
+
+    failures = []
+    t = torch.ones(8)
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    try:
+        work._get_duration()
+        failures.append("_get_duration() without timing enabled did not raise")
+    except RuntimeError as err:
+        if "enableCollectivesTiming" not in str(err):
+            failures.append(f"_get_duration() without timing: {err}")
+    dist.group.WORLD._enable_collectives_timing()
+    if rank == 1:
+        time.sleep(0.2)  # rank 0's allreduce waits for this rank
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    ms = work._get_duration()
+    if rank == 0 and not 150 <= ms <= 5000:
+        failures.append(f"rank 0 waited about 200 ms for rank 1; getDuration says {ms} ms")
+    if rank == 1 and not 0 <= ms < 150:
+        failures.append(f"rank 1 arrived last; getDuration says {ms} ms")
+    return failures
+
+
+def test_collectives_timing():
+    run_ranks(_check_collectives_timing, 2)
+
+
+def test_profiler_shows_smddp_ops():
+    run_ranks(_check_profiler_events, 2)
+
+
 def test_barrier_timeout_is_honoured():
     run_ranks(_check_barrier_timeout, 2)
 

@@ -123,10 +123,15 @@ static void recorder_rank(smddp_comm_t comm, int rank, int size, void *arg)
     free(s);
     remove(path);
 
-    /* A collective that fails is recorded so. */
+    /* A collective that fails is recorded so (and the communicator says it failed). */
+    H_CHECK(smddp_comm_status(comm) == SMDDP_OK, "a healthy communicator's status: %d",
+            (int)smddp_comm_status(comm));
     float y[2] = {0};
     H_CHECK(smddp_allreduce(comm, y, y, 1 + rank % 2, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL) ==
                 SMDDP_ERR_MISMATCH, "mismatched counts did not fail");
+    smddp_status_t cs = smddp_comm_status(comm);
+    H_CHECK(cs == SMDDP_ERR_MISMATCH || cs == SMDDP_ERR_ABORTED, "status after a mismatch: %s",
+            smddp_status_string(cs));
     H_OK(smddp_comm_dump_trace(comm, path, NULL, 0));
     s = slurp(path);
     H_CHECK(s != NULL, "no dump after the failure");
@@ -274,6 +279,9 @@ static void die_rank(smddp_comm_t comm, int rank, int size, void *arg)
     smddp_status_t st = smddp_allreduce(comm, x, x, 4, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL);
     H_CHECK(st == SMDDP_ERR_PEER_LOST || st == SMDDP_ERR_ABORTED, "allreduce with a dead peer: %s",
             smddp_status_string(st));
+    smddp_status_t cs = smddp_comm_status(comm);
+    H_CHECK(cs == SMDDP_ERR_PEER_LOST || cs == SMDDP_ERR_ABORTED, "status with a dead peer: %s",
+            smddp_status_string(cs));
     char suffix[32], path[1024] = "";
     snprintf(suffix, sizeof(suffix), "-r%d.json", rank);
     DIR *d = opendir(dir);

@@ -333,6 +333,16 @@ SMDDP_API smddp_status_t smddp_comm_dump_trace(smddp_comm_t comm, const char *pa
  */
 SMDDP_API smddp_status_t smddp_comm_destroy(smddp_comm_t comm);
 
+/**
+ * SMDDP_OK while the communicator can still run operations; once it has
+ * failed, the status of its first failure (SMDDP_ERR_TIMEOUT,
+ * SMDDP_ERR_PEER_LOST, SMDDP_ERR_MISMATCH, SMDDP_ERR_ABORTED for an abort by
+ * the application or adopted from a peer, ...), whose message
+ * smddp_get_last_error(comm) gives. SMDDP_ERR_INVALID_ARGUMENT for a NULL
+ * comm. Local; safe from any thread.
+ */
+SMDDP_API smddp_status_t smddp_comm_status(smddp_comm_t comm);
+
 /** This rank's index in comm, in *rank. */
 SMDDP_API smddp_status_t smddp_comm_rank(smddp_comm_t comm, int *rank);
 /** The number of ranks in comm, in *size. */
