@@ -131,16 +131,8 @@ smddp_status_t smddp_comm_dump_trace(smddp_comm_t comm, const char *path, char *
 {
     if (!comm) return INVALID(NULL, "smddp_comm_dump_trace: comm is NULL");
     if (path && !path[0]) return INVALID(comm, "smddp_comm_dump_trace: path is empty");
-    char def[4096];
-    if (!path) {
-        SMDDP_CHECK(fail(comm, smddp__trace_default_path(comm->prefix, comm->rank, def,
-                                                         sizeof(def))));
-        path = def;
-    }
-    SMDDP_CHECK(fail(comm, smddp__trace_dump(comm->trace, path, comm->prefix, comm->rank,
-                                             comm->size)));
-    if (written && cap) snprintf(written, cap, "%s", path);
-    return SMDDP_OK;
+    return fail(comm, smddp__trace_dump(comm->trace, path, comm->prefix, comm->rank, comm->size,
+                                        written, cap));
 }
 
 smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeout_ms)

@@ -36,7 +36,8 @@ import sys
 import time
 import traceback
 
-from torch_bench import all_gather, fmt_size, free_port, parse_size, pin  # same folder
+from torch_bench import (all_gather, fmt_size, free_port, parse_size, pin,  # same folder
+                         slowest_mean)
 
 PEERS = ("smddp", "gloo", "deepspeed", "mpi")
 OPS = ("allreduce", "allgather")
@@ -218,14 +219,8 @@ def run_rank(args, rank, n, port, mpi_comm) -> None:
                         est = torch.tensor([(time.perf_counter() - t0) / 3], dtype=torch.float64)
                         dist.all_reduce(est, op=dist.ReduceOp.MAX, group=ctl)
                         k = max(3, min(2000, int(args.budget / max(est.item(), 1e-7))))
-                        dist.barrier(group=ctl)
-                        t0 = time.perf_counter()
-                        for _ in range(k):
-                            go()
-                        dt_s = (time.perf_counter() - t0) / k
-                        slow = torch.tensor([dt_s], dtype=torch.float64)
-                        dist.all_reduce(slow, op=dist.ReduceOp.MAX, group=ctl)
-                        best[p.name] = min(best[p.name], slow.item())
+                        best[p.name] = min(best[p.name],
+                                           slowest_mean(torch, dist, go, k, ctl, ctl))
                 for p in runnable:
                     bad = torch.tensor([wrong[p.name]], dtype=torch.int64)
                     dist.all_reduce(bad, group=ctl)

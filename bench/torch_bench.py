@@ -253,14 +253,19 @@ def time_collective(torch, dist, args, coll, size, n, group, ctl, seconds):
     if t[1].item() > 0:
         return float("nan"), 0, nbytes
     iters = int(min(args.iters, max(MIN_ITERS, seconds / max(t[0].item(), 1e-9))))
-    dist.barrier(group=group)
+    return slowest_mean(torch, dist, op, iters, ctl, group), iters, nbytes
+
+
+def slowest_mean(torch, dist, op, iters, ctl, start_group) -> float:
+    """Seconds per call over iters calls of op, the ranks starting together after
+    a barrier on start_group; the slowest rank's mean (MAX over ctl)."""
+    dist.barrier(group=start_group)
     t0 = time.perf_counter()
     for _ in range(iters):
         op()
-    mean = (time.perf_counter() - t0) / iters
-    t = torch.tensor([mean], dtype=torch.float64)
+    t = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
-    return t.item(), iters, nbytes
+    return t.item()
 
 
 def latency(torch, dist, args, groups, ctl) -> dict:

@@ -26,18 +26,32 @@ void smddp__comm_set_last_error(smddp_comm_t comm, const char *msg)
     pthread_mutex_unlock(&comm->err_lock);
 }
 
+/* Store calls and dumps on the abort path must not replace the error the caller reports. */
+typedef struct saved_error {
+    char msg[SMDDP_ERRMSG_MAX];
+} saved_error_t;
+
+static void save_error(saved_error_t *e) { snprintf(e->msg, sizeof(e->msg), "%s", smddp__last_error()); }
+
+static void restore_error(const saved_error_t *e)
+{
+    smddp__clear_error();
+    if (e->msg[0]) smddp__error_quiet(SMDDP_ERR_INTERNAL, "%s", e->msg);
+}
+
 /* SMDDP_TRACE_DIR: the flight recorder of a communicator that has just failed. */
 static void dump_on_failure(smddp_comm_t comm)
 {
-    char path[4096], before[SMDDP_ERRMSG_MAX];
-    snprintf(before, sizeof(before), "%s", smddp__last_error()); /* the caller reports it */
-    if (smddp__trace_default_path(comm->prefix, comm->rank, path, sizeof(path)) == SMDDP_OK &&
-        smddp__trace_dump(comm->trace, path, comm->prefix, comm->rank, comm->size) == SMDDP_OK)
+    char path[4096];
+    saved_error_t saved;
+    save_error(&saved);
+    if (smddp__trace_dump(comm->trace, NULL, comm->prefix, comm->rank, comm->size, path,
+                          sizeof(path)) == SMDDP_OK)
         SMDDP_WARN("rank %d: flight recorder written to %s", comm->rank, path);
     else
         SMDDP_WARN("rank %d: cannot write the flight recorder: %s", comm->rank,
                    smddp__last_error());
-    smddp__error_quiet(SMDDP_ERR_INTERNAL, "%s", before);
+    restore_error(&saved);
 }
 
 void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg)
@@ -71,19 +85,6 @@ void smddp__comm_adopt_peer_abort(smddp_comm_t comm)
 }
 
 #define REMOTE_ABORT_POLL_NS (500 * 1000000LL)
-
-/* Store calls on the abort path must not replace the error the caller reports. */
-typedef struct saved_error {
-    char msg[SMDDP_ERRMSG_MAX];
-} saved_error_t;
-
-static void save_error(saved_error_t *e) { snprintf(e->msg, sizeof(e->msg), "%s", smddp__last_error()); }
-
-static void restore_error(const saved_error_t *e)
-{
-    smddp__clear_error();
-    if (e->msg[0]) smddp__error_quiet(SMDDP_ERR_INTERNAL, "%s", e->msg);
-}
 
 /* How long smddp_comm_abort waits for the store's lock before giving up telling other nodes. */
 #define ABORT_STORE_WAIT_MS 500

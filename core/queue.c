@@ -140,10 +140,8 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
         if (op->root >= 0)
             op->seq = op->kind == SMDDP_OP_SEND ? comm->p2p_send_seq[op->root]++
                                                 : comm->p2p_recv_seq[op->root]++;
-        int64_t now = comm->trace ? smddp__now_ns() : 0;
         op->path = "p2p";
-        smddp__trace_issue(comm->trace, op, now);
-        smddp__trace_start(comm->trace, op, now);
+        smddp__trace_start(comm->trace, op, smddp__trace_issue(comm->trace, op));
         smddp_status_t st = smddp__p2p_submit(comm, op);
         if (st < 0) smddp__trace_finish(comm->trace, op, st);
         if (st < 0 && op->root >= 0) { /* never issued: the next message keeps this number */
@@ -164,17 +162,16 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
     op->seq = comm->next_seq;
     comm->next_seq += op->seq_span ? op->seq_span : 1;
     /* One clock read serves the recorder's issue time and, run here, the start. */
-    int64_t now = comm->trace ? smddp__now_ns() : 0;
-    smddp__trace_issue(comm->trace, op, now);
+    int64_t now = smddp__trace_issue(comm->trace, op);
 
     /*
      * A host op its issuer waits for at once runs here, on an idle
      * communicator, rather than wake the progress thread only for the
      * issuer to take the op back in smddp_wait(): that hand-off costs more
-     * than a small collective. A staged CUDA op's stream work is already
-     * enqueued (smddp__route_prepare): it goes to the queue like any other.
+     * than a small collective. A CUDA op goes to the queue like any other
+     * (its caller waits on the stream, not on the host).
      */
-    bool run_now = !req || (op->wait_now && op->mem_type == SMDDP_MEM_HOST && !op->stage);
+    bool run_now = !req || (op->wait_now && op->mem_type == SMDDP_MEM_HOST);
     if (run_now && smddp__params()->inline_exec && !comm->head &&
         pthread_mutex_trylock(&comm->exec_lock) == 0) {
         pthread_mutex_unlock(&comm->lock);

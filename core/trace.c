@@ -43,9 +43,10 @@ static smddp__trace_entry_t *slot_of(const smddp__trace_t *t, const smddp__op_t 
     return atomic_load_explicit(&e->id, memory_order_acquire) == op->trace_id ? e : NULL;
 }
 
-void smddp__trace_issue(smddp__trace_t *t, smddp__op_t *op, int64_t now_ns)
+int64_t smddp__trace_issue(smddp__trace_t *t, smddp__op_t *op)
 {
-    if (!t) return;
+    if (!t) return 0;
+    int64_t now_ns = smddp__now_ns();
     uint64_t id = atomic_fetch_add_explicit(&t->issued, 1, memory_order_relaxed) + 1;
     smddp__trace_entry_t *e = &t->ring[(id - 1) % t->capacity];
     /* 0 first, so that a dump reading the slot meanwhile drops it. */
@@ -55,7 +56,7 @@ void smddp__trace_issue(smddp__trace_t *t, smddp__op_t *op, int64_t now_ns)
     e->count = op->count;
     e->root = op->root;
     e->kind = (uint8_t)op->kind;
-    e->dtype = (uint8_t)(op->caller_dtype ? op->caller_dtype : op->dtype);
+    e->dtype = (uint8_t)op->dtype;
     e->redop = (uint8_t)op->spec.op;
     e->mem_type = (uint8_t)op->mem_type;
     e->issued_ns = now_ns;
@@ -67,6 +68,7 @@ void smddp__trace_issue(smddp__trace_t *t, smddp__op_t *op, int64_t now_ns)
     atomic_store_explicit(&e->state, SMDDP_TRACE_QUEUED, memory_order_relaxed);
     atomic_store_explicit(&e->id, id, memory_order_release);
     op->trace_id = id;
+    return now_ns;
 }
 
 void smddp__trace_start(smddp__trace_t *t, const smddp__op_t *op, int64_t now_ns)
@@ -102,7 +104,8 @@ static void clean_name(const char *name, char *out, size_t cap)
     out[n] = '\0';
 }
 
-smddp_status_t smddp__trace_default_path(const char *comm_name, int rank, char *out, size_t cap)
+/* path NULL's file (see smddp__trace_dump). */
+static smddp_status_t default_path(const char *comm_name, int rank, char *out, size_t cap)
 {
     const smddp__params_t *params = smddp__params();
     if (!params->trace_dir[0])
@@ -139,10 +142,9 @@ typedef struct {
     int64_t issued_ns, started_ns, finished_ns;
 } entry_copy_t;
 
-static bool read_slot(const smddp__trace_entry_t *e, entry_copy_t *c)
+static bool read_slot(smddp__trace_entry_t *e, entry_copy_t *c)
 {
-    smddp__trace_entry_t *w = (smddp__trace_entry_t *)e;
-    c->id = atomic_load_explicit(&w->id, memory_order_acquire);
+    c->id = atomic_load_explicit(&e->id, memory_order_acquire);
     if (!c->id) return false;
     c->seq = e->seq;
     c->count = e->count;
@@ -152,14 +154,14 @@ static bool read_slot(const smddp__trace_entry_t *e, entry_copy_t *c)
     c->redop = e->redop;
     c->mem_type = e->mem_type;
     c->issued_ns = e->issued_ns;
-    c->state = atomic_load_explicit(&w->state, memory_order_acquire);
-    c->path = atomic_load_explicit(&w->path, memory_order_relaxed);
-    c->algo = atomic_load_explicit(&w->algo, memory_order_relaxed);
-    c->started_ns = atomic_load_explicit(&w->started_ns, memory_order_relaxed);
-    c->finished_ns = atomic_load_explicit(&w->finished_ns, memory_order_relaxed);
-    c->status = atomic_load_explicit(&w->status, memory_order_relaxed);
+    c->state = atomic_load_explicit(&e->state, memory_order_acquire);
+    c->path = atomic_load_explicit(&e->path, memory_order_relaxed);
+    c->algo = atomic_load_explicit(&e->algo, memory_order_relaxed);
+    c->started_ns = atomic_load_explicit(&e->started_ns, memory_order_relaxed);
+    c->finished_ns = atomic_load_explicit(&e->finished_ns, memory_order_relaxed);
+    c->status = atomic_load_explicit(&e->status, memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
-    return atomic_load_explicit(&w->id, memory_order_relaxed) == c->id &&
+    return atomic_load_explicit(&e->id, memory_order_relaxed) == c->id &&
            c->kind < SMDDP_OP_KIND_COUNT;
 }
 
@@ -179,12 +181,17 @@ static void put_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-smddp_status_t smddp__trace_dump(const smddp__trace_t *t, const char *path, const char *comm_name,
-                                 int rank, int size)
+smddp_status_t smddp__trace_dump(smddp__trace_t *t, const char *path, const char *comm_name,
+                                 int rank, int size, char *written, size_t cap)
 {
     if (!t)
         return smddp__error(SMDDP_ERR_INVALID_ARGUMENT, "the flight recorder is off "
                             "(SMDDP_TRACE_BUFFER=0): nothing to dump");
+    char def[4096];
+    if (!path) {
+        SMDDP_CHECK(default_path(comm_name, rank, def, sizeof(def)));
+        path = def;
+    }
     /* Written beside its final name, then renamed: a reader never sees half a file. */
     char tmp[4096];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid()) >= (int)sizeof(tmp))
@@ -195,7 +202,7 @@ smddp_status_t smddp__trace_dump(const smddp__trace_t *t, const char *path, cons
                             strerror(errno));
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
-    uint64_t issued = atomic_load_explicit(&((smddp__trace_t *)t)->issued, memory_order_acquire);
+    uint64_t issued = atomic_load_explicit(&t->issued, memory_order_acquire);
     uint64_t first = issued > t->capacity ? issued - t->capacity + 1 : 1;
     fprintf(f, "{\"format\": \"smddp-trace\", \"version\": 1, \"comm\": ");
     put_string(f, comm_name);
@@ -204,14 +211,14 @@ smddp_status_t smddp__trace_dump(const smddp__trace_t *t, const char *path, cons
                ",\n \"ops\": [",
             rank, size, (long)getpid(), t->capacity, issued, smddp__now_ns(),
             (int64_t)(wall.tv_sec * 1000000000LL + wall.tv_nsec));
-    int written = 0;
+    int ops = 0;
     for (uint64_t id = first; id <= issued; id++) {
         entry_copy_t c;
         if (!read_slot(&t->ring[(id - 1) % t->capacity], &c) || c.id != id) continue;
         fprintf(f, "%s\n  {\"id\": %" PRIu64 ", \"seq\": %" PRIu64 ", \"kind\": \"%s\", "
                    "\"count\": %" PRIu64 ", \"dtype\": \"%s\", \"op\": \"%s\", \"root\": %d, "
                    "\"mem\": \"%s\", \"path\": ",
-                written ? "," : "", c.id, c.seq, smddp__op_kind_name((smddp__op_kind_t)c.kind),
+                ops ? "," : "", c.id, c.seq, smddp__op_kind_name((smddp__op_kind_t)c.kind),
                 c.count, smddp__dtype_name((smddp_dtype_t)c.dtype),
                 smddp__op_traits((smddp__op_kind_t)c.kind)->reduces
                     ? smddp__redop_name((smddp_op_t)c.redop)
@@ -225,7 +232,7 @@ smddp_status_t smddp__trace_dump(const smddp__trace_t *t, const char *path, cons
                 c.issued_ns, c.started_ns, c.finished_ns, state_name(c.state));
         put_string(f, c.state >= SMDDP_TRACE_DONE ? smddp__status_string(c.status) : "");
         fputc('}', f);
-        written++;
+        ops++;
     }
     fprintf(f, "\n]}\n");
     bool ok = !ferror(f);
@@ -236,5 +243,6 @@ smddp_status_t smddp__trace_dump(const smddp__trace_t *t, const char *path, cons
         return smddp__error(SMDDP_ERR_SYSTEM, "cannot write the flight recorder to %s: %s", path,
                             strerror(err));
     }
+    if (written && cap) snprintf(written, cap, "%s", path);
     return SMDDP_OK;
 }

@@ -48,30 +48,28 @@ smddp__trace_t *smddp__trace_new(void);
 void smddp__trace_free(smddp__trace_t *t);
 
 /*
- * At issue, at now_ns (smddp__now_ns()): claims op's slot (op->trace_id) and
- * records what it is. t may be NULL (recorder off) in all three.
+ * At issue: claims op's slot (op->trace_id) and records what it is; returns
+ * the issue time (smddp__now_ns()), for a start that follows at once, or 0
+ * when t is NULL (recorder off: all three do nothing then).
  */
-void smddp__trace_issue(smddp__trace_t *t, smddp__op_t *op, int64_t now_ns);
+int64_t smddp__trace_issue(smddp__trace_t *t, smddp__op_t *op);
 /* When it starts running, at now_ns. */
 void smddp__trace_start(smddp__trace_t *t, const smddp__op_t *op, int64_t now_ns);
 /* When it has finished: its path and algorithm (op->path, op->algo) and status. */
 void smddp__trace_finish(smddp__trace_t *t, const smddp__op_t *op, smddp_status_t st);
 
 /*
- * SMDDP_TRACE_DIR/smddp-trace-<job>-<comm>-r<rank>.json into out (job:
- * SMDDP_JOB_ID, else TORCHELASTIC_RUN_ID, else "job"; comm: comm_name with
- * every character but letters, digits, '.' and '-' made '_'); an error when
- * SMDDP_TRACE_DIR is not set.
- */
-smddp_status_t smddp__trace_default_path(const char *comm_name, int rank, char *out, size_t cap);
-
-/*
  * Writes the recorder as JSON to path, oldest op first: who wrote it
  * (rank, size, communicator name), both clocks at the time of the dump (to
  * relate the monotonic times of the entries to wall time), then the
- * entries. Safe while ops run and after the communicator failed.
+ * entries. path NULL: SMDDP_TRACE_DIR/smddp-trace-<job>-<comm>-r<rank>.json
+ * (job: SMDDP_JOB_ID, else TORCHELASTIC_RUN_ID, else "job"; comm: comm_name
+ * with every character but letters, digits, '.' and '-' made '_'), an error
+ * when SMDDP_TRACE_DIR is not set. The path written goes to written (cap
+ * bytes) when that is not NULL. Safe while ops run and after the
+ * communicator failed.
  */
-smddp_status_t smddp__trace_dump(const smddp__trace_t *t, const char *path, const char *comm_name,
-                                 int rank, int size);
+smddp_status_t smddp__trace_dump(smddp__trace_t *t, const char *path, const char *comm_name,
+                                 int rank, int size, char *written, size_t cap);
 
 #endif

@@ -116,7 +116,7 @@ void WorkSMDDP::release_pending() {
 void WorkSMDDP::complete() {
   // Keeps this work alive to the end of the function, then lets it go.
   auto self = std::move(self_);
-  if (timed_) {
+  if (issued_at_ != std::chrono::steady_clock::time_point{}) {
     completed_at_ = std::chrono::steady_clock::now();
   }
   // CUDA: copies back and the Future's events go on the issuer's stream.
@@ -213,7 +213,7 @@ int WorkSMDDP::sourceRank() const {
 }
 
 float WorkSMDDP::getDuration() const {
-  TORCH_CHECK(timed_, "smddp: getDuration() needs the backend's enableCollectivesTiming() "
+  TORCH_CHECK(issued_at_ != std::chrono::steady_clock::time_point{}, "smddp: getDuration() needs the backend's enableCollectivesTiming() "
               "before the work is issued");
   TORCH_CHECK(completed_at_ != std::chrono::steady_clock::time_point{},
               "smddp: getDuration() of a work that has not completed (wait() on it first)");
@@ -327,7 +327,6 @@ c10::intrusive_ptr<WorkSMDDP> ProcessGroupSMDDP::new_work(c10d::OpType type,
   TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
   auto work = c10::make_intrusive<WorkSMDDP>(rank_, type, comm_, ++seq_, std::move(outputs));
   if (timing_.load(std::memory_order_relaxed)) {
-    work->timed_ = true;
     work->issued_at_ = std::chrono::steady_clock::now();
   }
   return work;

@@ -85,8 +85,8 @@ class WorkSMDDP : public c10d::Work {
   // The caller waits for this work as soon as it is returned (torch's
   // async_op=False): its requests ask libsmddp to run them at issue.
   bool wait_now_ = false;
-  // enableCollectivesTiming(): issue and completion times (steady clock).
-  bool timed_ = false;
+  // enableCollectivesTiming(): issue and completion times (steady clock);
+  // both stay at the epoch for works issued without it.
   std::chrono::steady_clock::time_point issued_at_, completed_at_;
   std::mutex error_mutex_;
   std::string error_;                   // the first failed request's message

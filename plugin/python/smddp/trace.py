@@ -95,7 +95,7 @@ def _wall(trace: dict, mono_ns: int) -> int:
 def report(comm: str, traces: dict) -> list[str]:
     size = max(int(t.get("size", 0)) for t in traces.values())
     lines = [f"communicator {comm}: {len(traces)} of {size} rank(s) wrote a recorder"]
-    status = {}   # rank -> (last finished seq, op in flight or None, state)
+    status = {}   # rank -> (last finished seq, op in flight or None, first failed op or None)
     for rank in range(size):
         t = traces.get(rank)
         if t is None:
@@ -142,6 +142,7 @@ def report(comm: str, traces: dict) -> list[str]:
         for op in t["ops"]:
             if op.get("kind") not in P2P:
                 by_seq[op["seq"]][rank] = op
+    differ = False
     for seq in sorted(by_seq):
         kinds = defaultdict(list)
         for rank, op in by_seq[seq].items():
@@ -150,8 +151,9 @@ def report(comm: str, traces: dict) -> list[str]:
             parts = [f"ranks {_ranges(r)} issued {_describe(by_seq[seq][r[0]])}"
                      for _, r in sorted(kinds.items(), key=lambda kv: min(kv[1]))]
             lines.append(f"  different operations at seq {seq}: " + "; ".join(parts))
+            differ = True
             break
-    if len(at) <= 1 and not any(line.startswith("  different") for line in lines):
+    if len(at) <= 1 and not differ:
         lines.append("  no divergence: every rank stands at the same collective")
 
     # Lateness: per collective held by every file, issue time minus the earliest.
