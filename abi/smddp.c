@@ -15,6 +15,7 @@
 #include "exec.h"
 #include "fail.h"
 #include "param.h"
+#include "progress.h"
 #include "trace.h"
 #include "queue.h"
 
@@ -131,8 +132,32 @@ smddp_status_t smddp_comm_dump_trace(smddp_comm_t comm, const char *path, char *
 {
     if (!comm) return INVALID(NULL, "smddp_comm_dump_trace: comm is NULL");
     if (path && !path[0]) return INVALID(comm, "smddp_comm_dump_trace: path is empty");
-    return fail(comm, smddp__trace_dump(comm->trace, path, comm->prefix, comm->rank, comm->size,
-                                        written, cap));
+    char *arrivals = smddp__progress_json_new(comm);
+    smddp_status_t st = smddp__trace_dump(comm->trace, path, comm->prefix, comm->rank, comm->size,
+                                          arrivals && arrivals[0] ? arrivals : NULL, written, cap);
+    free(arrivals);
+    return fail(comm, st);
+}
+
+smddp_status_t smddp_comm_get_stats(smddp_comm_t comm, smddp_comm_stats_t *stats,
+                                    int64_t *late_ns, int n)
+{
+    if (!comm) return INVALID(NULL, "smddp_comm_get_stats: comm is NULL");
+    if (!stats) return INVALID(comm, "smddp_comm_get_stats: stats is NULL");
+    if (stats->struct_size < 8)
+        return INVALID(comm, "smddp_comm_get_stats: stats->struct_size is %u; set it to "
+                             "sizeof(smddp_comm_stats_t) (%zu in this library's version %d)",
+                       stats->struct_size, sizeof(smddp_comm_stats_t), SMDDP_COMM_STATS_VERSION);
+    if (n < 0 || (n > 0 && !late_ns))
+        return INVALID(comm, "smddp_comm_get_stats: n is %d with late_ns %s; give n >= 0 and, "
+                             "when n > 0, an array of n entries", n, late_ns ? "set" : "NULL");
+    smddp_comm_stats_t full = {0};
+    smddp__progress_stats(comm, &full, late_ns, n);
+    full.version = SMDDP_COMM_STATS_VERSION;
+    uint32_t size = stats->struct_size;
+    full.struct_size = size;
+    memcpy(stats, &full, SMDDP_MIN((size_t)size, sizeof(full)));
+    return SMDDP_OK;
 }
 
 smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeout_ms)

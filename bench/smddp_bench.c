@@ -8,6 +8,10 @@
  *   smddp_bench -p 2 -o allreduce -b 8 -e 64M -f 2 --ref memcpy
  *   mpirun -np 2 smddp_bench_mpi -o allreduce -b 8 -e 64M -f 2
  *
+ * smddp_bench also prints the mean skew per call: how much later the last
+ * rank arrived than the first (smddp_comm_get_stats), which with every rank
+ * on a core of its own should be far below the time.
+ *
  * busbw uses nccl-tests' factors: allreduce 2(n-1)/n; allgather and
  * reduce_scatter (n-1)/n with bytes = the whole gathered array; alltoall
  * (n-1)/n; broadcast 1. Time is the slowest rank's mean per iteration.
@@ -459,6 +463,31 @@ static double memcpy_rate(size_t bytes, int iters)
     return (double)n / t / 1e9;
 }
 
+/* The mean skew of the ops between two readings of smddp_comm_get_stats (MPI: none). */
+typedef struct skew {
+    uint64_t ops;
+    int64_t sum_ns;
+} skew_t;
+#ifdef BENCH_MPI
+#define SKEW_CSV ""
+#define SKEW_HEAD ""
+static skew_t skew_now(void) { return (skew_t){0, 0}; }
+#else
+#define SKEW_CSV ",skew_us"
+#define SKEW_HEAD "  skew(us)"
+static skew_t skew_now(void)
+{
+    smddp_comm_stats_t st = {.struct_size = sizeof(st)};
+    check_call(smddp_comm_get_stats(comm, &st, NULL, 0), "smddp_comm_get_stats");
+    return (skew_t){st.ops, st.skew_sum_ns};
+}
+#endif
+static double skew_mean_us(skew_t before, skew_t after)
+{
+    uint64_t ops = after.ops - before.ops;
+    return ops ? (double)(after.sum_ns - before.sum_ns) / (double)ops / 1e3 : 0;
+}
+
 static void run(const bench_args_t *a)
 {
     size_t es = smddp_dtype_size(a->dtype);
@@ -472,15 +501,15 @@ static void run(const bench_args_t *a)
 
     if (rank == 0) {
         if (a->csv) {
-            printf("size,count,type,redop,time_us,algbw_gbs,busbw_gbs,wrong%s\n",
-                   a->ref_memcpy ? ",memcpy_gbs,algbw_over_memcpy" : "");
+            printf("size,count,type,redop,time_us,algbw_gbs,busbw_gbs,wrong%s%s\n",
+                   a->ref_memcpy ? ",memcpy_gbs,algbw_over_memcpy" : "", SKEW_CSV);
         } else {
             printf("# %s, %d ranks, %s, %s, %s\n", op_names[a->op], nranks,
                    smddp_dtype_name(a->dtype), smddp_op_name(a->redop),
                    a->inplace ? "in place" : "out of place");
-            printf("%12s %12s %8s %10s %12s %12s %12s %8s%s\n", "size(B)", "count", "type",
+            printf("%12s %12s %8s %10s %12s %12s %12s %8s%s%s\n", "size(B)", "count", "type",
                    "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong",
-                   a->ref_memcpy ? "  memcpy(GB/s)  ratio" : "");
+                   a->ref_memcpy ? "  memcpy(GB/s)  ratio" : "", SKEW_HEAD);
         }
     }
     double busfactor = 1.0;
@@ -504,9 +533,12 @@ static void run(const bench_args_t *a)
         }
         for (int k = 0; k < a->warmup; k++) run_op(a, send, recv, count);
         barrier();
+        skew_t s0 = skew_now();
         double t0 = now_s();
         for (int k = 0; k < a->iters; k++) run_op(a, send, recv, count);
-        double t = max_over_ranks((now_s() - t0) / a->iters);
+        double elapsed = now_s() - t0;
+        double skew_us = skew_mean_us(s0, skew_now());
+        double t = max_over_ranks(elapsed / a->iters);
         double ref = 0;
         if (a->ref_memcpy) {
             barrier();
@@ -525,6 +557,11 @@ static void run(const bench_args_t *a)
                        smddp_dtype_name(a->dtype), smddp_op_name(a->redop), t * 1e6, algbw, busbw,
                        (long long)wrong);
             if (a->ref_memcpy) printf(a->csv ? ",%.3f,%.3f" : "  %12.3f %6.3f", ref, algbw / ref);
+#ifndef BENCH_MPI
+            printf(a->csv ? ",%.2f" : " %9.2f", skew_us);
+#else
+            (void)skew_us;
+#endif
             printf("\n");
             fflush(stdout);
         }

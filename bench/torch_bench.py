@@ -251,9 +251,30 @@ def time_collective(torch, dist, args, coll, size, n, group, ctl, seconds):
     t = torch.tensor([est, err], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
     if t[1].item() > 0:
-        return float("nan"), 0, nbytes
+        return float("nan"), 0, nbytes, float("nan")
     iters = int(min(args.iters, max(MIN_ITERS, seconds / max(t[0].item(), 1e-9))))
-    return slowest_mean(torch, dist, op, iters, ctl, group), iters, nbytes
+    before = skew_reading(group)
+    sec = slowest_mean(torch, dist, op, iters, ctl, group)
+    return sec, iters, nbytes, skew_between(before, skew_reading(group))
+
+
+def skew_reading(group):
+    """smddp's (collectives compared, summed skew in us) for an smddp group, else None."""
+    try:
+        import smddp
+
+        s = smddp.stats(group)
+    except Exception:  # noqa: BLE001  (a gloo group, or smddp without stats)
+        return None
+    return s["ops"], s["skew_us"]["mean"] * s["ops"]
+
+
+def skew_between(a, b) -> float:
+    """Mean skew (us: last rank's arrival minus the first's) of the collectives between two
+    readings; NaN where there is none (gloo)."""
+    if a is None or b is None or b[0] <= a[0]:
+        return float("nan")
+    return (b[1] - a[1]) / (b[0] - a[0])
 
 
 def slowest_mean(torch, dist, op, iters, ctl, start_group) -> float:
@@ -418,14 +439,15 @@ def worker(rank: int, args, port: int | None, result_path: str | None) -> None:
             judged = coll == "allreduce" and size == target_size(res["nodes"])
             rounds = TARGET_ROUNDS if judged else 1
             seconds = args.target_time / rounds if judged else args.time
-            acc = {be: [0.0, 0, 0] for be in BACKENDS}
+            acc = {be: [0.0, 0, 0, []] for be in BACKENDS}
             failed = set()
             for rnd in range(rounds):
                 for be in BACKENDS if rnd % 2 == 0 else BACKENDS[::-1]:
                     if be in failed:
                         continue
-                    sec, iters, nbytes = time_collective(torch, dist, args, coll, size, n,
-                                                         groups[be], ctl, seconds)
+                    sec, iters, nbytes, skew = time_collective(torch, dist, args, coll, size, n,
+                                                               groups[be], ctl, seconds)
+                    acc[be][3].append(skew)
                     if not iters:                   # every rank saw the failure
                         failed.add(be)
                         acc[be][0] = float("nan")
@@ -433,9 +455,11 @@ def worker(rank: int, args, port: int | None, result_path: str | None) -> None:
                     acc[be][1] += iters
                     acc[be][2] = nbytes
             for be in BACKENDS:
-                total, iters, nbytes = acc[be]
+                total, iters, nbytes, skews = acc[be]
+                skews = [s for s in skews if s == s]
                 res["rows"].append({"backend": be, "collective": coll, "size": nbytes,
-                                    "iters": iters, "sec": total / iters if iters else total})
+                                    "iters": iters, "sec": total / iters if iters else total,
+                                    "skew_us": sum(skews) / len(skews) if skews else None})
         if rank == 0:
             print(f"  .. {fmt_size(size)} done ({time.perf_counter() - t_start:.1f} s)",
                   file=sys.stderr, flush=True)
@@ -482,14 +506,15 @@ def report(args, res: dict, wall: float) -> int:
                                   "reduce_scatter_tensor; sum)"}[coll]
         print(f"## {name}")
         print()
-        print("| size | smddp us | smddp algbw GB/s | smddp busbw GB/s | gloo us "
+        print("| size | smddp us | smddp skew us | smddp algbw GB/s | smddp busbw GB/s | gloo us "
               "| gloo algbw GB/s | gloo busbw GB/s | gloo/smddp time |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         sizes = sorted({r["size"] for r in rows if r["collective"] == coll})
         for s in sizes:
             a, b = by.get(("smddp", coll, s)), by.get(("gloo", coll, s))
             ratio = b["time_us"] / a["time_us"] if a and b else float("nan")
-            print(f"| {fmt_size(s)} | {a['time_us']:.1f} | {a['algbw']:.3f} | {a['busbw']:.3f} "
+            skew = f"{a['skew_us']:.1f}" if a and a.get("skew_us") is not None else "-"
+            print(f"| {fmt_size(s)} | {a['time_us']:.1f} | {skew} | {a['algbw']:.3f} | {a['busbw']:.3f} "
                   f"| {b['time_us']:.1f} | {b['algbw']:.3f} | {b['busbw']:.3f} | {ratio:.2f}x |")
         print()
 
@@ -512,10 +537,11 @@ def report(args, res: dict, wall: float) -> int:
     with open(csv_path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["backend", "collective", "size_bytes", "iters", "time_us",
-                    "algbw_GBps", "busbw_GBps", "world"])
+                    "algbw_GBps", "busbw_GBps", "world", "skew_us"])
         for r in rows:
+            skew = "" if r.get("skew_us") is None else f"{r['skew_us']:.3f}"
             w.writerow([r["backend"], r["collective"], r["size"], r["iters"],
-                        f"{r['time_us']:.3f}", f"{r['algbw']:.6f}", f"{r['busbw']:.6f}", n])
+                        f"{r['time_us']:.3f}", f"{r['algbw']:.6f}", f"{r['busbw']:.6f}", n, skew])
     print(f"CSV: {csv_path}")
     png_path = os.path.join(args.out, "torch_bench.png")
     try:

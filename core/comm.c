@@ -18,6 +18,7 @@
 #include "param.h"
 #include "queue.h"
 #include "topo.h"
+#include "progress.h"
 #include "trace.h"
 #include "transport/ofi.h"
 #include "transport/shm.h"
@@ -41,6 +42,7 @@ static void comm_free(smddp_comm_t comm)
     free(comm->p2p_send_seq);
     free(comm->p2p_recv_seq);
     smddp__trace_free(comm->trace);
+    smddp__progress_free(comm->progress);
     pthread_mutex_destroy(&comm->lock);
     pthread_mutex_destroy(&comm->exec_lock);
     pthread_mutex_destroy(&comm->err_lock);
@@ -79,6 +81,7 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     SMDDP_CHECK_GOTO(smddp__topo_discover(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__topo_check(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__shm_setup(comm), st, fail);
+    comm->progress = smddp__progress_new(comm);
     if (comm->node_count > 1) {
         SMDDP_CHECK_GOTO(smddp__ofi_setup(comm), st, fail_shm);
         SMDDP_CHECK_GOTO(smddp__watch_open(comm), st, fail_shm);

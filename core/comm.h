@@ -62,6 +62,7 @@ struct smddp_comm {
     struct smddp__ofi *ofi_p2p; /* its send/recv endpoint, driven by the p2p thread */
     smddp__watch_t *watch;      /* liveness of other nodes' ranks, when the comm spans nodes */
     struct smddp__trace *trace; /* flight recorder (trace.h); NULL when off */
+    struct smddp__progress *progress; /* arrivals and lateness (progress.h); NULL on no memory */
     /*
      * Set by an op that has network transfers in flight while it waits in
      * shared memory: every shm wait calls it between polls (and sleeps at

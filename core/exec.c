@@ -16,6 +16,7 @@
 #include "cuda/stage.h"
 #include "exec.h"
 #include "param.h"
+#include "progress.h"
 #include "transport/shm.h"
 
 typedef struct algos {
@@ -301,10 +302,11 @@ smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op)
 {
     smddp__op_desc_t desc;
     smddp__op_desc(op, &desc);
-    smddp__shm_op_begin(comm, &desc);
+    smddp__shm_op_begin(comm, &desc, op->started_ns);
     smddp_status_t st = SMDDP_OK;
     if (smddp__params()->check) st = check_order(comm, op, &desc);
     if (st == SMDDP_OK) st = run(comm, op);
-    smddp__shm_op_end(comm);
+    smddp__shm_op_end(comm, st == SMDDP_OK);
+    smddp__progress_after_op(comm, op, st);
     return st;
 }

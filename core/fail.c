@@ -15,6 +15,7 @@
 
 #include "fail.h"
 #include "param.h"
+#include "progress.h"
 #include "trace.h"
 #include "transport/shm.h"
 #include "transport/watch.h"
@@ -45,8 +46,12 @@ static void dump_on_failure(smddp_comm_t comm)
     char path[4096];
     saved_error_t saved;
     save_error(&saved);
-    if (smddp__trace_dump(comm->trace, NULL, comm->prefix, comm->rank, comm->size, path,
-                          sizeof(path)) == SMDDP_OK)
+    char *arrivals = smddp__progress_json_new(comm);
+    smddp_status_t st = smddp__trace_dump(comm->trace, NULL, comm->prefix, comm->rank, comm->size,
+                                          arrivals && arrivals[0] ? arrivals : NULL, path,
+                                          sizeof(path));
+    free(arrivals);
+    if (st == SMDDP_OK)
         SMDDP_WARN("rank %d: flight recorder written to %s", comm->rank, path);
     else
         SMDDP_WARN("rank %d: cannot write the flight recorder: %s", comm->rank,

@@ -47,6 +47,7 @@ typedef struct smddp_request {
     smddp_mem_type_t mem_type; /* where the buffers live */
     void *stream;            /* cudaStream_t for SMDDP_MEM_CUDA */
     int64_t *v;              /* alltoallv: sendcounts, sdispls, recvcounts, rdispls (4 * size), owned */
+    int64_t started_ns;      /* when execution started (smddp__now_ns()) */
     int64_t deadline_ns;     /* set when execution starts */
     uint32_t seq_span;       /* collective sequence numbers it takes (0 means 1) */
     struct smddp__stage *stage; /* CUDA across nodes: its host staging (cuda/stage.c) */

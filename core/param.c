@@ -96,6 +96,10 @@ static const param_row_t rows[] = {
      "folder where each rank writes its flight recorder, smddp-trace-<job>-<comm>-r<rank>.json, "
      "when its communicator fails (and smddp_comm_dump_trace without a path)", OFF(trace_dir),
      CAP(trace_dir), NULL},
+    {"SMDDP_STRAGGLER_WARN_MS", P_INT, "0",
+     "log a WARN, at most once a minute per communicator, naming the rank that arrived last at "
+     "a collective when it kept the others waiting longer than this many ms (0: never)",
+     OFF(straggler_warn_ms), 0, NULL},
     {"SMDDP_CUDA_BUFFER_SIZE", P_SIZE, "67108864",
      "device staging buffer per local rank for CUDA collectives, shared with peers through CUDA "
      "IPC (bytes; two halves, used in turn)", OFF(cuda_buffer), 0, NULL},

@@ -23,6 +23,7 @@
 #include "fail.h"
 #include "p2p/p2p.h"
 #include "param.h"
+#include "progress.h"
 #include "queue.h"
 #include "trace.h"
 
@@ -34,9 +35,14 @@ static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op, int64_t now_ns)
      * up, so the op could still "succeed" here alone (a one-shot allreduce
      * does): adopt the peer's abort before running anything.
      */
-    SMDDP_CHECK(smddp__comm_check_alive(comm, op));
+    smddp_status_t alive = smddp__comm_check_alive(comm, op);
+    if (alive < 0) {
+        smddp__progress_add_where(comm, op, alive);
+        return alive;
+    }
     if (!now_ns) now_ns = smddp__now_ns();
     smddp__trace_start(comm->trace, op, now_ns);
+    op->started_ns = now_ns;
     op->deadline_ns = now_ns + comm->timeout_ms * 1000000LL;
     smddp__clear_error();
     smddp_status_t st = smddp__op_execute(comm, op);
@@ -46,8 +52,15 @@ static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op, int64_t now_ns)
      * the peers inside it: abort, so that they fail at once too.
      */
     if (st < 0) {
-        SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
+        /*
+         * Where every rank stands goes into the abort message that peers of
+         * this node adopt; across nodes it can only be known once the abort
+         * has reached the other nodes.
+         */
+        if (comm->node_count == 1) smddp__progress_add_where(comm, op, st);
         smddp__comm_fail(comm, st, smddp__last_error());
+        if (comm->node_count > 1) smddp__progress_add_where(comm, op, st);
+        SMDDP_WARN("rank %d: %s", comm->rank, smddp__last_error());
     }
     /* Each op starts its own clock for polling remote aborts. */
     atomic_store(&comm->remote_abort_polled_ns, 0);

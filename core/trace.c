@@ -2,6 +2,7 @@
  * The flight recorder (see trace.h).
  */
 #include <errno.h>
+#include <sys/stat.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +105,25 @@ static void clean_name(const char *name, char *out, size_t cap)
     out[n] = '\0';
 }
 
-/* path NULL's file (see smddp__trace_dump). */
+/* mkdir -p dir (mode 0755); false with errno set when a part cannot be made. */
+static bool make_dirs(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) {
+        errno = ENAMETOOLONG;
+        return false;
+    }
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST) return false;
+        *p = c;
+        if (!c) return true;
+    }
+}
+
+/* path NULL's file (see smddp__trace_dump), its folder made if missing. */
 static smddp_status_t default_path(const char *comm_name, int rank, char *out, size_t cap)
 {
     const smddp__params_t *params = smddp__params();
@@ -119,6 +138,9 @@ static smddp_status_t default_path(const char *comm_name, int rank, char *out, s
                  rank) >= (int)cap)
         return smddp__error(SMDDP_ERR_INVALID_ARGUMENT, "SMDDP_TRACE_DIR is too long: %s",
                             params->trace_dir);
+    if (!make_dirs(params->trace_dir))
+        return smddp__error(SMDDP_ERR_SYSTEM, "cannot make SMDDP_TRACE_DIR %s: %s",
+                            params->trace_dir, strerror(errno));
     return SMDDP_OK;
 }
 
@@ -182,7 +204,8 @@ static void put_string(FILE *f, const char *s)
 }
 
 smddp_status_t smddp__trace_dump(smddp__trace_t *t, const char *path, const char *comm_name,
-                                 int rank, int size, char *written, size_t cap)
+                                 int rank, int size, const char *extra, char *written,
+                                 size_t cap)
 {
     if (!t)
         return smddp__error(SMDDP_ERR_INVALID_ARGUMENT, "the flight recorder is off "
@@ -208,9 +231,10 @@ smddp_status_t smddp__trace_dump(smddp__trace_t *t, const char *path, const char
     put_string(f, comm_name);
     fprintf(f, ", \"rank\": %d, \"size\": %d, \"pid\": %ld, \"capacity\": %u, "
                "\"recorded\": %" PRIu64 ", \"monotonic_ns\": %" PRId64 ", \"wall_ns\": %" PRId64
-               ",\n \"ops\": [",
+               ",\n%s%s \"ops\": [",
             rank, size, (long)getpid(), t->capacity, issued, smddp__now_ns(),
-            (int64_t)(wall.tv_sec * 1000000000LL + wall.tv_nsec));
+            (int64_t)(wall.tv_sec * 1000000000LL + wall.tv_nsec), extra ? extra : "",
+            extra ? ",\n" : "");
     int ops = 0;
     for (uint64_t id = first; id <= issued; id++) {
         entry_copy_t c;

@@ -61,7 +61,8 @@ void smddp__trace_finish(smddp__trace_t *t, const smddp__op_t *op, smddp_status_
 /*
  * Writes the recorder as JSON to path, oldest op first: who wrote it
  * (rank, size, communicator name), both clocks at the time of the dump (to
- * relate the monotonic times of the entries to wall time), then the
+ * relate the monotonic times of the entries to wall time), extra (JSON
+ * members for the header, without a trailing comma; may be NULL), then the
  * entries. path NULL: SMDDP_TRACE_DIR/smddp-trace-<job>-<comm>-r<rank>.json
  * (job: SMDDP_JOB_ID, else TORCHELASTIC_RUN_ID, else "job"; comm: comm_name
  * with every character but letters, digits, '.' and '-' made '_'), an error
@@ -70,6 +71,7 @@ void smddp__trace_finish(smddp__trace_t *t, const smddp__op_t *op, smddp_status_
  * communicator failed.
  */
 smddp_status_t smddp__trace_dump(smddp__trace_t *t, const char *path, const char *comm_name,
-                                 int rank, int size, char *written, size_t cap);
+                                 int rank, int size, const char *extra, char *written,
+                                 size_t cap);
 
 #endif

@@ -6,7 +6,8 @@
  * local rank maps it; the last one to map it unlinks the name, so a job that
  * crashes later leaves nothing in /dev/shm. Layout:
  *
- *   header | ctrl[P] | meta[P][2] | ring ctrl[P][P] | data[P][2 halves] | ring data[P][P]
+ *   header | ctrl[P] | meta[P][2] | progress[P] | ring ctrl[P][P] | data[P][2 halves] |
+ *   ring data[P][P]
  *
  * (shm_segment.h; the pair rings that carry send/recv are in shm_ring.c).
  *
@@ -48,22 +49,25 @@ void smddp__shm_wake(_Atomic uint32_t *word, _Atomic uint32_t *sleepers)
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+#define LAYOUT_PARTS 8
+
 static void layout(smddp__shm_t *s, int nranks, size_t *sizes)
 {
     size_t p = (size_t)nranks;
     sizes[0] = align_up(sizeof(shm_header_t), CACHELINE);
     sizes[1] = p * sizeof(shm_ctrl_t);
     sizes[2] = p * 2 * SMDDP_SHM_META_SIZE;
-    sizes[3] = p * p * sizeof(ring_ctrl_t);
-    sizes[4] = align_up(sizes[0] + sizes[1] + sizes[2] + sizes[3], 4096) -
-               (sizes[0] + sizes[1] + sizes[2] + sizes[3]);
-    sizes[5] = p * 2 * s->half;
-    sizes[6] = p * p * s->ring_size;
+    sizes[3] = p * sizeof(shm_progress_t);
+    sizes[4] = p * p * sizeof(ring_ctrl_t);
+    size_t head = sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4];
+    sizes[5] = align_up(head, 4096) - head;
+    sizes[6] = p * 2 * s->half;
+    sizes[7] = p * p * s->ring_size;
 }
 
 static void assign(smddp__shm_t *s, int nranks)
 {
-    size_t sizes[7];
+    size_t sizes[LAYOUT_PARTS];
     layout(s, nranks, sizes);
     char *b = s->base;
     s->hdr = (shm_header_t *)b;
@@ -72,18 +76,20 @@ static void assign(smddp__shm_t *s, int nranks)
     b += sizes[1];
     s->meta = b;
     b += sizes[2];
+    s->progress = (shm_progress_t *)b;
+    b += sizes[3];
     s->rings = (ring_ctrl_t *)b;
-    b += sizes[3] + sizes[4];
+    b += sizes[4] + sizes[5];
     s->data = b;
-    b += sizes[5];
+    b += sizes[6];
     s->ring_data = b;
 }
 
 static size_t total_size(smddp__shm_t *s, int nranks)
 {
-    size_t sizes[7], total = 0;
+    size_t sizes[LAYOUT_PARTS], total = 0;
     layout(s, nranks, sizes);
-    for (int i = 0; i < 7; i++) total += sizes[i];
+    for (int i = 0; i < LAYOUT_PARTS; i++) total += sizes[i];
     return total;
 }
 
@@ -500,7 +506,7 @@ bool smddp__shm_read_desc(smddp_comm_t comm, int lr, uint64_t seq, smddp__op_des
     return atomic_load_explicit(desc_seq(slot), memory_order_relaxed) == seq && out->seq == seq;
 }
 
-void smddp__shm_op_begin(smddp_comm_t comm, const smddp__op_desc_t *desc)
+void smddp__shm_op_begin(smddp_comm_t comm, const smddp__op_desc_t *desc, int64_t now_ns)
 {
     smddp__shm_t *s = comm->shm;
     s->desc = *desc;
@@ -514,9 +520,51 @@ void smddp__shm_op_begin(smddp_comm_t comm, const smddp__op_desc_t *desc)
     atomic_store_explicit(desc_seq(slot), desc->seq, memory_order_release);
     s->op_base = s->my_ctr;
     s->op_active = true;
+
+    shm_progress_t *me = &s->progress[comm->local_rank];
+    uint64_t tag = desc->seq + 1;
+    /* The arrival slot for seq: tag cleared, time written, tag set (readers check it twice). */
+    int a = (int)(desc->seq % ARRIVALS);
+    atomic_store_explicit(&me->arrived[a].tag, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&me->arrived[a].ns, now_ns, memory_order_relaxed);
+    atomic_store_explicit(&me->arrived[a].tag, tag, memory_order_release);
+    atomic_store_explicit(&me->running, tag, memory_order_release);
 }
 
-void smddp__shm_op_end(smddp_comm_t comm) { comm->shm->op_active = false; }
+void smddp__shm_op_end(smddp_comm_t comm, bool ok)
+{
+    smddp__shm_t *s = comm->shm;
+    shm_progress_t *me = &s->progress[comm->local_rank];
+    s->op_active = false;
+    if (ok) atomic_store_explicit(&me->finished, s->desc.seq + 1, memory_order_release);
+    else atomic_store_explicit(&me->failed, s->desc.seq + 1, memory_order_release);
+    atomic_store_explicit(&me->running, 0, memory_order_release);
+}
+
+int smddp__shm_arrival(smddp_comm_t comm, int lr, uint64_t seq, int64_t *ns)
+{
+    shm_progress_t *p = &comm->shm->progress[lr];
+    int a = (int)(seq % ARRIVALS);
+    uint64_t tag = atomic_load_explicit(&p->arrived[a].tag, memory_order_acquire);
+    int64_t t = atomic_load_explicit(&p->arrived[a].ns, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    uint64_t again = atomic_load_explicit(&p->arrived[a].tag, memory_order_relaxed);
+    if (tag != again || tag == 0) return tag == 0 && again == 0 ? 0 : -1;
+    if (tag < seq + 1) return 0;
+    if (tag > seq + 1) return -1;
+    *ns = t;
+    return 1;
+}
+
+void smddp__shm_position(smddp_comm_t comm, int lr, smddp__shm_position_t *out)
+{
+    shm_progress_t *p = &comm->shm->progress[lr];
+    out->running = atomic_load_explicit(&p->running, memory_order_acquire);
+    out->finished = atomic_load_explicit(&p->finished, memory_order_acquire);
+    out->failed = atomic_load_explicit(&p->failed, memory_order_acquire);
+    out->state = smddp__shm_peer_state(comm, lr);
+}
 
 smddp_status_t smddp__shm_wait_all(smddp_comm_t comm, smddp__op_t *op, uint32_t target)
 {

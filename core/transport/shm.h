@@ -50,8 +50,26 @@ size_t smddp__shm_half_size(smddp_comm_t comm);
  * peer's published desc for the same seq and fails with SMDDP_ERR_MISMATCH
  * when they differ.
  */
-void smddp__shm_op_begin(smddp_comm_t comm, const smddp__op_desc_t *desc);
-void smddp__shm_op_end(smddp_comm_t comm);
+void smddp__shm_op_begin(smddp_comm_t comm, const smddp__op_desc_t *desc, int64_t now_ns);
+void smddp__shm_op_end(smddp_comm_t comm, bool ok);
+
+/*
+ * Where ranks are: op_begin also publishes when this rank arrived at the op
+ * (now_ns, from smddp__now_ns(): one clock for the whole node) and that it
+ * runs it;
+ * op_end, that it finished it (ok) or failed in it.
+ *
+ * smddp__shm_arrival: local rank lr's arrival time at seq in *ns: 1 known,
+ * 0 not arrived yet, -1 no longer known (it is 64 ops or more further).
+ */
+int smddp__shm_arrival(smddp_comm_t comm, int lr, uint64_t seq, int64_t *ns);
+typedef struct smddp__shm_position {
+    uint64_t running;  /* 1 + seq of the op it runs; 0 between ops */
+    uint64_t finished; /* 1 + seq of the last op it finished; 0 none yet */
+    uint64_t failed;   /* 1 + seq of the op it failed in; 0 none */
+    int state;         /* smddp__shm_peer_state */
+} smddp__shm_position_t;
+void smddp__shm_position(smddp_comm_t comm, int lr, smddp__shm_position_t *out);
 
 /*
  * Reads local rank lr's published desc for seq into out; false when the slot

@@ -30,6 +30,23 @@ typedef struct shm_ctrl {
     char pad[CACHELINE - 16 - AFFINITY_WORDS * 8];
 } shm_ctrl_t;
 
+/*
+ * Where a local rank is (written by it alone): the op it runs, the last op
+ * it finished, and when it arrived at each of its last ARRIVALS ops
+ * (indexed by seq; the tag, 1 + seq, is stored last, 0 while written).
+ */
+#define ARRIVALS 64
+typedef struct shm_progress {
+    _Atomic uint64_t running;  /* 1 + seq of the op it runs; 0 between ops */
+    _Atomic uint64_t finished; /* 1 + seq of the last op it finished; 0 none yet */
+    _Atomic uint64_t failed;   /* 1 + seq of the op it failed in; 0 none */
+    char pad[CACHELINE - 24];
+    struct {
+        _Atomic uint64_t tag;
+        _Atomic int64_t ns;
+    } arrived[ARRIVALS];
+} shm_progress_t;
+
 /* One direction of a pair ring: a byte count and a futex tick, each on its own line. */
 typedef struct ring_side {
     _Atomic uint64_t bytes;
@@ -50,6 +67,7 @@ struct smddp__shm {
     shm_header_t *hdr;
     shm_ctrl_t *ctrl;
     char *meta;
+    shm_progress_t *progress;
     ring_ctrl_t *rings;
     char *data;
     char *ring_data;

@@ -119,6 +119,11 @@ void WorkSMDDP::complete() {
   if (issued_at_ != std::chrono::steady_clock::time_point{}) {
     completed_at_ = std::chrono::steady_clock::now();
   }
+  if (hooks_) {
+    hooks_->post(std::make_shared<c10d::WorkInfo>(
+        opType_, seq_, issued_at_, completed_at_,
+        std::chrono::duration<float>(completed_at_ - issued_at_)));
+  }
   // CUDA: copies back and the Future's events go on the issuer's stream.
   std::optional<c10::StreamGuard> guard;
   if (stream_) {
@@ -317,6 +322,11 @@ void ProcessGroupSMDDP::shutdown() {
       (void)smddp_comm_destroy(comm_);
       comm_ = nullptr;
     }
+    // Every work has completed: its hook calls are queued; deliver them, then stop.
+    std::lock_guard<std::mutex> hooks_lock(hooks_mutex_);
+    if (hooks_) {
+      hooks_->close();
+    }
   });
 }
 
@@ -326,11 +336,99 @@ c10::intrusive_ptr<WorkSMDDP> ProcessGroupSMDDP::new_work(c10d::OpType type,
                                                           std::vector<at::Tensor> outputs) {
   TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
   auto work = c10::make_intrusive<WorkSMDDP>(rank_, type, comm_, ++seq_, std::move(outputs));
-  if (timing_.load(std::memory_order_relaxed)) {
+#ifdef SMDDP_C10D_BACKEND_HAS_COMPLETION_HOOK
+  if (hasHooks()) {
+    std::lock_guard<std::mutex> lock(hooks_mutex_);
+    work->hooks_ = hooks_;
+  }
+#endif
+  if (work->hooks_ || timing_.load(std::memory_order_relaxed)) {
     work->issued_at_ = std::chrono::steady_clock::now();
   }
   return work;
 }
+
+// ---- completion hooks --------------------------------------------------------------
+
+CompletionHooks::CompletionHooks(std::function<void(std::shared_ptr<c10d::WorkInfo>)> hook)
+    : hook_(std::move(hook)), thread_([this] { run(); }) {}
+
+CompletionHooks::~CompletionHooks() {
+  close();
+}
+
+void CompletionHooks::post(std::shared_ptr<c10d::WorkInfo> info) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closing_) {
+      return;
+    }
+    queue_.push_back(std::move(info));
+  }
+  cv_.notify_one();
+}
+
+void CompletionHooks::close() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closing_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) {
+    thread_.join();
+  }
+}
+
+void CompletionHooks::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [this] { return closing_ || !queue_.empty(); });
+    if (queue_.empty()) {
+      return;  // closing, and everything queued was delivered
+    }
+    auto info = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    try {
+      hook_(std::move(info));
+    } catch (const std::exception& e) {
+      LOG(WARNING) << "smddp: a completion hook raised: " << e.what();
+    } catch (...) {
+      LOG(WARNING) << "smddp: a completion hook raised";
+    }
+    lock.lock();
+  }
+}
+
+#ifdef SMDDP_C10D_BACKEND_HAS_COMPLETION_HOOK
+void ProcessGroupSMDDP::registerOnCompletionHook(
+    std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) {
+  std::lock_guard<std::mutex> lock(hooks_mutex_);
+  TORCH_CHECK(onCompletionHook_ == nullptr,
+              "smddp: a completion hook is already registered on this process group (one is "
+              "accepted, as with ProcessGroupNCCL)");
+  TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
+  hooks_ = std::make_shared<CompletionHooks>(hook);
+  onCompletionHook_ = std::move(hook);  // what Backend::hasHooks() looks at
+}
+
+void ProcessGroupSMDDP::waitForPendingWorks() {
+  std::vector<c10::weak_intrusive_ptr<WorkSMDDP>> works;
+  {
+    std::lock_guard<std::mutex> lock(hooks_mutex_);
+    works.swap(pending_works_);
+  }
+  for (auto& w : works) {
+    if (auto work = w.lock()) {
+      try {
+        work->wait();
+      } catch (const std::exception&) {
+        // Its own wait() reports the failure; here only completion matters.
+      }
+    }
+  }
+}
+#endif
 
 c10d::ErrorType ProcessGroupSMDDP::getError() {
   std::lock_guard<std::mutex> lock(lifecycle_mutex_);
@@ -349,6 +447,16 @@ c10d::ErrorType ProcessGroupSMDDP::getError() {
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::enqueue(
     const c10::intrusive_ptr<WorkSMDDP>& work) {
   work->self_ = work;
+  if (work->hooks_) {
+    std::lock_guard<std::mutex> lock(hooks_mutex_);
+    auto done = [](const c10::weak_intrusive_ptr<WorkSMDDP>& w) {
+      auto p = w.lock();
+      return !p || p->isCompleted();
+    };
+    pending_works_.erase(std::remove_if(pending_works_.begin(), pending_works_.end(), done),
+                         pending_works_.end());
+    pending_works_.emplace_back(work);
+  }
   // Read before release_pending: from then on the work may complete (and
   // clear its finalizers) on the progress thread.
   const bool copies_back = !work->finalizers_.empty();
@@ -385,6 +493,17 @@ std::string ProcessGroupSMDDP::dump_trace(const std::string& path) {
                                             written, sizeof(written));
   TORCH_CHECK(st == SMDDP_OK, "smddp.dump_trace: ", comm_error(comm_));
   return written;
+}
+
+smddp_comm_stats_t ProcessGroupSMDDP::stats(std::vector<int64_t>& late_ns) {
+  std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+  TORCH_CHECK(comm_ != nullptr, "smddp.stats: the process group has been shut down");
+  smddp_comm_stats_t out{};
+  out.struct_size = sizeof(out);
+  late_ns.assign(static_cast<size_t>(size_), -1);
+  smddp_status_t st = smddp_comm_get_stats(comm_, &out, late_ns.data(), size_);
+  TORCH_CHECK(st == SMDDP_OK, "smddp.stats: ", comm_error(comm_));
+  return out;
 }
 
 void ProcessGroupSMDDP::fail_issue(const char* fn, smddp_status_t st) {

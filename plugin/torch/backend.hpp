@@ -6,10 +6,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
@@ -20,6 +24,30 @@
 namespace smddp_torch {
 
 class ProcessGroupSMDDP;
+
+// The completion hook torch registers on a process group
+// (ProcessGroup._register_on_completion_hook; its flight recorder and tools
+// built on it): one WorkInfo per completed work, delivered in completion
+// order on a thread of its own, so a slow hook (or one that takes the GIL)
+// never holds up a collective. Shared by the backend and its works; close()
+// delivers what is queued, then stops the thread.
+class CompletionHooks {
+ public:
+  explicit CompletionHooks(std::function<void(std::shared_ptr<c10d::WorkInfo>)> hook);
+  ~CompletionHooks();
+  void post(std::shared_ptr<c10d::WorkInfo> info);
+  void close();
+
+ private:
+  void run();
+
+  std::function<void(std::shared_ptr<c10d::WorkInfo>)> hook_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<c10d::WorkInfo>> queue_;
+  bool closing_ = false;
+  std::thread thread_;
+};
 
 // One torch-level operation: one or more libsmddp requests issued in order on
 // one communicator, the buffers they use, and the copies back into the
@@ -88,6 +116,8 @@ class WorkSMDDP : public c10d::Work {
   // enableCollectivesTiming(): issue and completion times (steady clock);
   // both stay at the epoch for works issued without it.
   std::chrono::steady_clock::time_point issued_at_, completed_at_;
+  // The backend's completion hook, when one was registered before issue.
+  std::shared_ptr<CompletionHooks> hooks_;
   std::mutex error_mutex_;
   std::string error_;                   // the first failed request's message
 };
@@ -186,10 +216,27 @@ class ProcessGroupSMDDP : public c10d::Backend {
     timing_.store(true);
   }
 
+  // torch's ProcessGroup._register_on_completion_hook: hook gets a WorkInfo
+  // (op type, sequence number, issue and completion times, their difference
+  // as the active duration) for every work issued from now on, on a thread
+  // of the backend's. Once per group, as ProcessGroupNCCL allows.
+#ifdef SMDDP_C10D_BACKEND_HAS_COMPLETION_HOOK
+  void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override;
+  // Waits for every work issued since a hook was registered (torch calls it
+  // before it destroys a group that has hooks, so that every hook call is
+  // made); failed works are not rethrown here, their own wait() says why.
+  void waitForPendingWorks() override;
+#endif
+
   // Writes libsmddp's flight recorder of this group's communicator to path,
   // or "" for SMDDP_TRACE_DIR's file (smddp_comm_dump_trace); returns the
   // path written; throws with libsmddp's message on failure.
   std::string dump_trace(const std::string& path);
+
+  // libsmddp's straggler telemetry of this group's communicator
+  // (smddp_comm_get_stats): the summary, and each group rank's lateness in
+  // ns (-1 where not covered).
+  smddp_comm_stats_t stats(std::vector<int64_t>& late_ns);
 
  private:
   c10::intrusive_ptr<c10d::Work> recv_from(std::vector<at::Tensor>& tensors, int srcRank, int tag);
@@ -259,6 +306,10 @@ class ProcessGroupSMDDP : public c10d::Backend {
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> seq_{0};
   std::atomic<bool> timing_{false};
+  std::shared_ptr<CompletionHooks> hooks_;  // set once, by registerOnCompletionHook
+  // With a hook: the works issued and maybe not completed (for waitForPendingWorks).
+  std::vector<c10::weak_intrusive_ptr<WorkSMDDP>> pending_works_;
+  std::mutex hooks_mutex_;
   std::once_flag shutdown_once_;
   // abort() may come from another thread (a watchdog) while shutdown()
   // destroys the communicator: it waits for the destroy rather than use a

@@ -35,4 +35,43 @@ PYBIND11_MODULE(_C, m) {
       py::arg("backend"), py::arg("path"),
       "Writes the flight recorder of an smddp backend's communicator to path.",
       py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "stats",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        auto* pg = dynamic_cast<smddp_torch::ProcessGroupSMDDP*>(backend.get());
+        TORCH_CHECK(pg != nullptr, "smddp.stats: the group's CPU backend is ",
+                    backend ? backend->getBackendName() : std::string("none"),
+                    ", not smddp");
+        std::vector<int64_t> late;
+        smddp_comm_stats_t st;
+        {
+          py::gil_scoped_release nogil;
+          st = pg->stats(late);
+        }
+        py::list late_s;
+        for (int64_t ns : late) {
+          if (ns < 0)
+            late_s.append(py::none());
+          else
+            late_s.append(static_cast<double>(ns) / 1e9);
+        }
+        py::dict skew;
+        skew["p50"] = static_cast<double>(st.skew_p50_ns) / 1e3;
+        skew["p99"] = static_cast<double>(st.skew_p99_ns) / 1e3;
+        skew["max"] = static_cast<double>(st.skew_max_ns) / 1e3;
+        skew["mean"] = st.ops ? static_cast<double>(st.skew_sum_ns) / 1e3 /
+                                    static_cast<double>(st.ops)
+                              : 0.0;
+        py::dict out;
+        out["ops"] = st.ops;
+        out["late_s"] = late_s;
+        out["slowest_rank"] = st.slowest_rank >= 0 ? py::object(py::int_(st.slowest_rank))
+                                                   : py::object(py::none());
+        out["skew_us"] = skew;
+        out["clock_error_us"] = static_cast<double>(st.clock_error_ns) / 1e3;
+        out["ranks_covered"] = st.ranks_covered;
+        return out;
+      },
+      py::arg("backend"),
+      "The straggler telemetry of an smddp backend's communicator, as a dict.");
 }

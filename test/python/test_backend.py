@@ -563,6 +563,10 @@ def _check_dump_trace(rank, world, gloo):
         failures.append(f"the broadcast's entry: {last}")
     if trace["rank"] != rank or trace["size"] != world:
         failures.append(f"header: rank {trace['rank']} size {trace['size']}")
+    arrivals = trace.get("arrivals", {})
+    if arrivals.get("ops", 0) < 5 or len(arrivals.get("late_ns", [])) != world or \
+            any(ns is None or ns < 0 for ns in arrivals["late_ns"]):
+        failures.append(f"arrival telemetry in the dump: {arrivals}")
     try:
         smddp.dump_trace(gloo, os.path.join(folder, "gloo.json"))
         failures.append("dump_trace on a gloo group did not raise")
@@ -575,6 +579,95 @@ def _check_dump_trace(rank, world, gloo):
 def test_dump_trace(tmp_path):
     run_ranks(_check_dump_trace, 2,
               env={"SMDDP_TRACE_DIR": str(tmp_path), "SMDDP_JOB_ID": "unit test"})
+
+
+def _check_stats(rank, world, gloo):
+    import time
+
+    import smddp
+
+    failures = []
+    t = torch.ones(16)
+    dist.barrier()
+    before = smddp.stats()
+    for _ in range(20):
+        if rank == 1:
+            time.sleep(0.03)
+        dist.all_reduce(t)
+    after = smddp.stats()
+    late = [a - b for a, b in zip(after["late_s"], before["late_s"])]
+    if after["ops"] - before["ops"] != 20:
+        failures.append(f"ops went from {before['ops']} to {after['ops']}, not by 20")
+    if after["slowest_rank"] != 1:
+        failures.append(f"slowest rank {after['slowest_rank']}, not 1: {after}")
+    if not 0.48 <= late[1] <= 0.72:
+        failures.append(f"rank 1 slept 0.6 s in all; its lateness grew by {late[1]:.3f} s")
+    if any(late[r] > 0.06 for r in range(world) if r != 1):
+        failures.append(f"ranks other than 1 late by {late}")
+    if not 25_000 <= after["skew_us"]["p50"] <= 100_000 or \
+            not after["skew_us"]["p50"] <= after["skew_us"]["p99"] <= after["skew_us"]["max"]:
+        failures.append(f"skews (us) {after['skew_us']}")
+    if after["clock_error_us"] != 0 or after["ranks_covered"] != world:
+        failures.append(f"one node: clock error {after['clock_error_us']}, "
+                        f"covered {after['ranks_covered']}")
+    try:
+        smddp.stats(gloo)
+        failures.append("stats on a gloo group did not raise")
+    except RuntimeError as err:
+        if "not smddp" not in str(err):
+            failures.append(f"stats on gloo: {err}")
+    return failures
+
+
+def test_stats_names_straggler():
+    run_ranks(_check_stats, 3)
+
+
+def _check_completion_hook(rank, world, gloo):
+    import threading
+
+    failures = []
+    got, lock = [], threading.Lock()
+
+    def hook(info):
+        with lock:
+            got.append((info.op_type, info.seq, info.time_started, info.time_finished,
+                        info.active_duration))
+
+    pg = dist.new_group(backend="smddp")
+    if pg._has_hooks():
+        failures.append("a new group says it has hooks")
+    pg._register_on_completion_hook(hook)
+    if not pg._has_hooks():
+        failures.append("_has_hooks() is False after registering one")
+    t = torch.ones(8)
+    dist.all_reduce(t, group=pg)
+    dist.broadcast(t, src=0, group=pg)
+    dist.all_reduce(t, group=pg, async_op=True).wait()
+    try:
+        pg._register_on_completion_hook(hook)
+        failures.append("a second completion hook was accepted")
+    except RuntimeError as err:
+        if "already registered" not in str(err):
+            failures.append(f"second hook: {err}")
+    dist.destroy_process_group(pg)  # delivers what is queued before it returns
+    kinds = [str(k).split(".")[-1] for k, *_ in got]
+    if kinds != ["ALLREDUCE", "BROADCAST", "ALLREDUCE"]:
+        failures.append(f"hook saw {kinds}")
+    seqs = [s for _, s, *_ in got]
+    if seqs != sorted(seqs) or len(set(seqs)) != len(seqs):
+        failures.append(f"sequence numbers {seqs}")
+    for _, _, start, end, active in got:
+        if not end >= start or active.total_seconds() < 0:
+            failures.append(f"times {start} {end} {active}")
+            break
+    return failures
+
+
+@pytest.mark.skipif(not hasattr(dist.ProcessGroup, "_register_on_completion_hook"),
+                    reason="this torch's process groups take no completion hook")
+def test_completion_hook():
+    run_ranks(_check_completion_hook, 2)
 
 
 def _check_profiler_events(rank, world, gloo):

@@ -307,23 +307,28 @@ static void test_dump_on_failure(void **state)
     (void)state;
     char dir[] = "/tmp/smddp-test-trace-fail-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    char env[256];
-    snprintf(env, sizeof(env), "SMDDP_TRACE_DIR=%s", dir);
+    /* A folder that does not exist yet: the first dump makes it. */
+    char env[256], sub[128];
+    snprintf(sub, sizeof(sub), "%s/made/here", dir);
+    snprintf(env, sizeof(env), "SMDDP_TRACE_DIR=%s", sub);
     harness_opts_t opts = {.env = env, .timeout_s = 120, .expect_signal = {0, SIGKILL, 0}};
-    assert_int_equal(harness_run(3, die_rank, dir, &opts), 0);
+    assert_int_equal(harness_run(3, die_rank, sub, &opts), 0);
     /* Two files, from ranks 0 and 2; none from the dead rank 1. */
     int files = 0, from_dead = 0;
-    DIR *d = opendir(dir);
+    DIR *d = opendir(sub);
     assert_non_null(d);
     for (struct dirent *e; (e = readdir(d));) {
         if (e->d_name[0] == '.') continue;
         files++;
         from_dead += strstr(e->d_name, "-r1.json") != NULL;
         char p[1024];
-        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+        snprintf(p, sizeof(p), "%s/%s", sub, e->d_name);
         remove(p);
     }
     closedir(d);
+    rmdir(sub);
+    snprintf(sub, sizeof(sub), "%s/made", dir);
+    rmdir(sub);
     rmdir(dir);
     assert_int_equal(files, 2);
     assert_int_equal(from_dead, 0);

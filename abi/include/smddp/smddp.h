@@ -343,6 +343,43 @@ SMDDP_API smddp_status_t smddp_comm_destroy(smddp_comm_t comm);
  */
 SMDDP_API smddp_status_t smddp_comm_status(smddp_comm_t comm);
 
+/**
+ * Straggler telemetry (smddp_comm_get_stats). Each rank records when it
+ * arrived at each collective (when the op started running on it: issued,
+ * and every op before it on the communicator done). A rank's lateness at a
+ * collective is its arrival minus the earliest arrival of any rank; the
+ * skew, the last arrival minus the first. Arrivals are compared among the
+ * ranks of this rank's node, which share one monotonic clock; ranks on
+ * other nodes are not covered yet.
+ *
+ * Versioned: set struct_size to sizeof(smddp_comm_stats_t) before the call;
+ * the library fills the fields that fit and sets version. Fields are only
+ * ever added at the end.
+ */
+#define SMDDP_COMM_STATS_VERSION 1
+typedef struct smddp_comm_stats {
+    uint32_t struct_size;   /**< in: sizeof(smddp_comm_stats_t) as the caller knows it */
+    uint32_t version;       /**< out: SMDDP_COMM_STATS_VERSION of the library */
+    uint64_t ops;           /**< collectives whose arrivals were compared */
+    int32_t slowest_rank;   /**< the covered rank with the most lateness; -1 before any op */
+    int32_t ranks_covered;  /**< ranks whose arrivals this rank compares (its node's) */
+    int64_t skew_p50_ns;    /**< skew percentiles over the last 1024 compared ops */
+    int64_t skew_p99_ns;
+    int64_t skew_max_ns;    /**< over all compared ops */
+    int64_t clock_error_ns; /**< bound on the error between compared clocks; 0: one clock */
+    int64_t skew_sum_ns;    /**< summed over all compared ops (with ops: the mean skew) */
+} smddp_comm_stats_t;
+
+/**
+ * The straggler telemetry so far, in *stats, and in late_ns (may be NULL;
+ * else n entries, n >= 0) each comm rank's summed lateness in ns, -1 for
+ * ranks that are not covered. Local; safe from any thread, also after the
+ * communicator failed. SMDDP_ERR_INVALID_ARGUMENT for a NULL comm or stats,
+ * a struct_size below 8, or late_ns NULL with n > 0.
+ */
+SMDDP_API smddp_status_t smddp_comm_get_stats(smddp_comm_t comm, smddp_comm_stats_t *stats,
+                                              int64_t *late_ns, int n);
+
 /** This rank's index in comm, in *rank. */
 SMDDP_API smddp_status_t smddp_comm_rank(smddp_comm_t comm, int *rank);
 /** The number of ranks in comm, in *size. */

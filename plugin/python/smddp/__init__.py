@@ -112,6 +112,21 @@ except Exception as _err:  # noqa: BLE001
 from smddp.dist import init_process_group  # noqa: E402  (needs the names above)
 
 
+def _cpu_backend(group, fn: str):
+    """(smddp._C, the CPU backend of group or of the default group) for smddp.<fn>."""
+    import torch.distributed as dist
+
+    if _load_error is not None:
+        raise RuntimeError(f"the smddp backend is not available: {_load_error}")
+    from smddp import _C
+
+    if group is None:
+        group = dist.group.WORLD
+    if group is None:
+        raise RuntimeError(f"smddp.{fn}: torch.distributed is not initialised")
+    return _C, group._get_backend(torch.device("cpu"))
+
+
 def dump_trace(group=None, path=None) -> str:
     """Writes this rank's flight recorder for an smddp group; returns the path.
 
@@ -127,18 +142,34 @@ def dump_trace(group=None, path=None) -> str:
     """
     import os
 
-    import torch.distributed as dist
-
-    if _load_error is not None:
-        raise RuntimeError(f"the smddp backend is not available: {_load_error}")
-    from smddp import _C
-
-    if group is None:
-        group = dist.group.WORLD
-    if group is None:
-        raise RuntimeError("smddp.dump_trace: torch.distributed is not initialised")
-    backend = group._get_backend(torch.device("cpu"))
+    _C, backend = _cpu_backend(group, "dump_trace")
     return _C.dump_trace(backend, "" if path is None else os.fspath(path))
 
 
-__all__ += ["init_process_group", "dump_trace"]
+def stats(group=None) -> dict:
+    """Who keeps the others waiting in an smddp group, measured so far.
+
+    For each collective, libsmddp records when each rank arrived (its
+    operation started: issued, and the group's earlier operations done). A
+    rank's lateness is its arrival minus the first rank's; the skew, the last
+    arrival minus the first. Returns a dict:
+
+    - ``ops``: collectives compared;
+    - ``late_s``: per group rank, its summed lateness in seconds (None for a
+      rank whose arrivals this rank does not see: ranks on other nodes);
+    - ``slowest_rank``: the rank with the most lateness (None before any);
+    - ``skew_us``: ``{"p50", "p99"}`` over the last 1024 collectives,
+      ``"max"`` and ``"mean"`` over all, in microseconds;
+    - ``clock_error_us``: bound on the error between the clocks compared
+      (0: ranks of one node share one clock);
+    - ``ranks_covered``: how many ranks' arrivals are compared.
+
+    group: a process group whose CPU backend is smddp (default: the default
+    group). Local: no communication; every rank of a node sees the same
+    numbers.
+    """
+    _C, backend = _cpu_backend(group, "stats")
+    return _C.stats(backend)
+
+
+__all__ += ["init_process_group", "dump_trace", "stats"]

@@ -7,12 +7,15 @@ on a communicator's failure when SMDDP_TRACE_DIR is set, or on demand with
 smddp.dump_trace()). For each communicator it prints:
 
 - one line per rank: the last collective it finished, the one it is in (or
-  that it has issued nothing since), and a rank with no file;
+  that it has issued nothing since); for a rank with no file (it died, or
+  was killed before it failed), where a file of its node saw it last;
 - the first divergence: ranks at different sequence numbers, or different
   operations at one sequence number;
-- the ranks that issued collectives latest, summed over the collectives
-  every file holds (wall-clock times, so across nodes as good as the
-  clocks' agreement).
+- the slowest ranks: libsmddp's arrival telemetry (each file holds its
+  node's: when each rank started each collective, one clock per node),
+  summed over every collective since the communicator was made; and the
+  ranks that issued collectives latest, over the collectives every file
+  holds (wall-clock times, so across nodes as good as the clocks' agreement).
 
 A missing, empty or truncated file is named with what is wrong with it; the
 tool never stops on one.
@@ -96,10 +99,26 @@ def report(comm: str, traces: dict) -> list[str]:
     size = max(int(t.get("size", 0)) for t in traces.values())
     lines = [f"communicator {comm}: {len(traces)} of {size} rank(s) wrote a recorder"]
     status = {}   # rank -> (last finished seq, op in flight or None, first failed op or None)
+    seen = {}     # rank -> (whose file, its entry in "positions"): ranks of the same node
+    for src, t in sorted(traces.items()):
+        for p in t.get("positions") or []:
+            if isinstance(p, dict) and isinstance(p.get("rank"), int) and p["rank"] not in seen:
+                seen[p["rank"]] = (src, p)
     for rank in range(size):
         t = traces.get(rank)
         if t is None:
-            lines.append(f"  rank {rank}: no file (the rank died, or never wrote one)")
+            line = f"  rank {rank}: no file (the rank died, or never wrote one)"
+            if rank in seen:
+                src, p = seen[rank]
+                fin, run = int(p.get("finished", -1)), int(p.get("running", -1))
+                where = f"last finished seq {fin}" if fin >= 0 else "finished no collective"
+                where += f"; in seq {run}" if run >= 0 else "; in no collective"
+                if p.get("state") in ("gone", "left"):
+                    where += f" ({'process gone' if p['state'] == 'gone' else 'left'})"
+                line += f"; rank {src}'s file saw it: {where}"
+                status[rank] = (fin if fin >= 0 else None,
+                                {"seq": run, "state": "running"} if run >= 0 else None, None)
+            lines.append(line)
             continue
         coll = [op for op in t["ops"] if op.get("kind") not in P2P]
         done = [op for op in coll if op.get("state") in ("done", "failed")]
@@ -155,6 +174,31 @@ def report(comm: str, traces: dict) -> list[str]:
             break
     if len(at) <= 1 and not differ:
         lines.append("  no divergence: every rank stands at the same collective")
+
+    # Lateness as libsmddp measured it: per rank, from the file that compared the most ops.
+    best = {}  # rank -> (ops, late_ns)
+    skew = None
+    for t in traces.values():
+        arr = t.get("arrivals")
+        if not isinstance(arr, dict):
+            continue
+        ops = int(arr.get("ops", 0))
+        for r, ns in enumerate(arr.get("late_ns") or []):
+            if ns is not None and ops > best.get(r, (-1, 0))[0]:
+                best[r] = (ops, int(ns))
+        if ops and (skew is None or ops > skew[0]):
+            skew = (ops, arr.get("skew_ns", {}))
+    if best and skew:
+        worst = sorted(best.items(), key=lambda kv: -kv[1][1])[:3]
+        s = skew[1]
+        lines.append("  slowest to arrive (libsmddp's arrival times, summed): " +
+                     ", ".join(f"rank {r} {ns / 1e9:.3f} s over {ops} collective(s)"
+                               for r, (ops, ns) in worst) +
+                     f"; skew p50 {s.get('p50', 0) / 1e3:.1f} us, p99 "
+                     f"{s.get('p99', 0) / 1e3:.1f} us, max {s.get('max', 0) / 1e3:.1f} us")
+        unseen = sorted(set(range(size)) - set(best))
+        if unseen:
+            lines[-1] += f" (ranks {_ranges(unseen)}: no file covers them)"
 
     # Lateness: per collective held by every file, issue time minus the earliest.
     common = [s for s, ops in by_seq.items() if len(ops) == len(traces) > 1]

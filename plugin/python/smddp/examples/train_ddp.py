@@ -11,7 +11,19 @@ backend carries the gradients (that is how smddp is checked against gloo).
 It reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (``env://``) as
 torchrun and smddprun set them; started alone it runs as a world of one.
 Rank 0 prints the loss and step time of every step, then ``final loss X``
-(the mean over ranks of the last step's loss).
+(the mean over ranks of the last step's loss) and, on smddp, which rank kept
+the others waiting (``smddp.stats()``).
+
+Two flags stage the trouble a real job meets, to see what smddp reports:
+``--slow-rank R --slow-ms N`` makes rank R take N ms longer for every step
+(a straggler); ``--hang-rank R --hang-step S`` stops rank R before step S
+for the group's timeout (``--timeout``) + 3 seconds, as a rank stuck in its
+data loader would: the others time out, and every rank prints the error,
+which says where each rank is.
+
+    SMDDP_TRACE_DIR=/tmp/traces smddprun --nproc-per-node 3 -- \
+        python -m smddp.examples.train_ddp --timeout 5 --hang-rank 2 --hang-step 5
+    python -m smddp.trace /tmp/traces
 """
 
 from __future__ import annotations
@@ -37,6 +49,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--dump-params", metavar="FILE",
                    help="rank 0 saves the final parameters here (torch.save of a dict)")
+    p.add_argument("--slow-rank", type=int, default=-1, metavar="R",
+                   help="this rank sleeps --slow-ms before every step (a straggler)")
+    p.add_argument("--slow-ms", type=float, default=30.0)
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="the process group's timeout in seconds (default: torch's)")
+    p.add_argument("--hang-rank", type=int, default=-1, metavar="R",
+                   help="this rank stops before --hang-step for --timeout + 3 s")
+    p.add_argument("--hang-step", type=int, default=5)
     return p.parse_args(argv)
 
 
@@ -52,17 +72,20 @@ def _single_process_defaults() -> None:
         os.environ.setdefault(k, v)
 
 
-def init(backend: str) -> str:
+def init(backend: str, timeout_s: float | None = None) -> str:
     """Joins the process group through env://; returns the torch backend used."""
+    from datetime import timedelta
+
     import torch.distributed as dist
 
+    extra = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
     if backend == "gloo":
-        dist.init_process_group(backend="gloo", init_method="env://")
+        dist.init_process_group(backend="gloo", init_method="env://", **extra)
         return "gloo"
     from smddp import dist as sdist  # noqa: PLC0415 - only the smddp paths need it
 
     kwargs = {"backend": "smddp"} if backend == "smddp" else {}
-    return sdist.init_process_group(init_method="env://", **kwargs)
+    return sdist.init_process_group(init_method="env://", **kwargs, **extra)
 
 
 def make_model(features: int, hidden: int):
@@ -100,6 +123,10 @@ def train(args: argparse.Namespace) -> float:
 
     loss = torch.zeros((), device=device)
     for step in range(1, args.steps + 1):
+        if rank == args.slow_rank:
+            time.sleep(args.slow_ms / 1e3)
+        if rank == args.hang_rank and step == args.hang_step:
+            time.sleep((args.timeout or 1800) + 3)
         x, y = make_batch(torch, gen, args.batch, args.features, teacher)
         x, y = x.to(device), y.to(device)
         start = time.perf_counter()
@@ -118,6 +145,14 @@ def train(args: argparse.Namespace) -> float:
     final_loss = final.item() / world
     if rank == 0:
         print(f"final loss {final_loss:.6f}", flush=True)
+        if dist.get_backend() == "smddp":
+            import smddp
+
+            s = smddp.stats()
+            late = ", ".join("-" if v is None else f"{v:.3f}" for v in s["late_s"])
+            print(f"arrivals (smddp.stats): slowest rank {s['slowest_rank']}, lateness per rank "
+                  f"[{late}] s over {s['ops']} collectives, skew p50 {s['skew_us']['p50']:.0f} "
+                  f"us, p99 {s['skew_us']['p99']:.0f} us", flush=True)
         if args.dump_params:
             torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()},
                        args.dump_params)
@@ -130,7 +165,7 @@ def main(argv=None) -> int:
     from smddp.dist import BackendUnavailable
 
     try:
-        backend = init(args.backend)
+        backend = init(args.backend, args.timeout)
     except BackendUnavailable as e:
         print(f"train_ddp: error: {e}", file=sys.stderr)
         return 1
@@ -141,6 +176,9 @@ def main(argv=None) -> int:
               flush=True)
     try:
         train(args)
+    except RuntimeError as err:  # a collective failed: say so on every rank
+        print(f"rank {dist.get_rank()}: train_ddp failed: {err}", file=sys.stderr, flush=True)
+        return 1
     finally:
         dist.destroy_process_group()
         if "gloo" in backend:
