@@ -167,21 +167,34 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather(
   return enqueue(work);
 }
 
+// outputTensorLists[r][i] receives rank r's inputs[i], as in
+// torch.distributed.all_gather_coalesced and gloo: one list per rank, each as
+// long as inputs.
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputTensorLists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(outputTensorLists.size() == inputs.size(), "smddp allgather_coalesced: ",
-              outputTensorLists.size(), " output lists but ", inputs.size(), " inputs");
+  TORCH_CHECK(static_cast<int>(outputTensorLists.size()) == size_,
+              "smddp allgather_coalesced: ", outputTensorLists.size(),
+              " output lists; give one per rank (", size_, "), each as long as the inputs");
   std::vector<at::Tensor> all_outputs;
-  for (const auto& list : outputTensorLists) {
-    all_outputs.insert(all_outputs.end(), list.begin(), list.end());
+  for (size_t r = 0; r < outputTensorLists.size(); ++r) {
+    TORCH_CHECK(outputTensorLists[r].size() == inputs.size(), "smddp allgather_coalesced: "
+                "output list ", r, " holds ", outputTensorLists[r].size(), " tensors for ",
+                inputs.size(), " inputs; each rank's list holds one tensor per input");
+    all_outputs.insert(all_outputs.end(), outputTensorLists[r].begin(),
+                       outputTensorLists[r].end());
   }
+  // Per input, its tensor of every rank's list: what one allgather fills.
+  std::vector<std::vector<at::Tensor>> per_input(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check_allgather_list(outputTensorLists[i], inputs[i], size_);
+    for (const auto& list : outputTensorLists) {
+      per_input[i].push_back(list[i]);
+    }
+    check_allgather_list(per_input[i], inputs[i], size_);
   }
   auto work = new_work(c10d::OpType::ALLGATHER_COALESCED, all_outputs, opts);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    issue_allgather_list(work, outputTensorLists[i], inputs[i]);
+    issue_allgather_list(work, per_input[i], inputs[i]);
   }
   return enqueue(work);
 }

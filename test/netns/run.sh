@@ -6,7 +6,7 @@
 # (smddprun --nnodes), mpirun with smddprun as the per-rank wrapper (ns_rsh
 # stands in for ssh), the collectives over links that drop 0.1% of packets
 # and over a user-space wire adding 1 ms and 0.1% loss (wire.c), and the fault
-# cases (a rank SIGKILLed, a link down).
+# cases (a rank SIGKILLed, a link down, a rank that skips a collective).
 # Removes everything it created, also when a check fails or it is killed.
 #
 #   test/netns/run.sh BUILD_DIR        (as root; BUILD_DIR has bench/smddp_bench)
@@ -138,6 +138,29 @@ fault_job() {
     if [ -z "$bad" ]; then
         passed=$((passed + 1))
         echo "PASS $name (every rank failed with a message within $took s)"
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name:$bad (logs: $LOG/$name.rank*)"
+    fi
+}
+
+# skip_job: 2 x 2 ranks through torch; rank 3 skips the sixth allreduce
+# (skip_job.py). Passes when ranks 0-2 each fail in it with a message naming
+# rank 3 with its last finished seq, as the others' error messages must say
+# where every rank is, across nodes too.
+skip_job() {
+    local name="2x2-skipped-collective" bad="" r log
+    start_ranks 2 2 90 "$LOG/$name" "$PY" "$HERE/skip_job.py"
+    wait_ranks || bad+=" a rank exited non-zero;"
+    for r in 0 1 2; do
+        log="$LOG/$name.rank$r"
+        grep -Eq "where the ranks are: ranks 0-2: in seq ([0-9]+); rank 3: finished seq [0-9]+ and has not started seq [0-9]+" "$log" ||
+            bad+=" rank $r's error does not place rank 3: $(grep -m1 'error:' "$log" | head -c 400);"
+    done
+    grep -q "skipped the sixth" "$LOG/$name.rank3" || bad+=" rank 3 did not finish its sleep;"
+    if [ -z "$bad" ]; then
+        passed=$((passed + 1))
+        echo "PASS $name (every survivor's error says where rank 3 is)"
     else
         failed=$((failed + 1))
         echo "FAIL $name:$bad (logs: $LOG/$name.rank*)"
@@ -316,6 +339,7 @@ see the error above (is this a container without CAP_NET_ADMIN?)"
         firewall_job
         fault_job kill 25
         fault_job link 40
+        "$PY" -c "import torch, smddp" 2>/dev/null && skip_job
         wired_job
     fi
     ns_cleanup

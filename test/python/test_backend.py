@@ -299,14 +299,18 @@ def _check_gather_scatter_family(rank, world, gloo):
     for r in range(world):
         _compare(failures, f"all_gather bool [{r}]", outs[r],
                  torch.tensor([r % 2 == 0, True, False]))
-    # allgather_coalesced: a list of inputs, one output list each.
-    ins = [_data(torch.int32, rank, n=n, salt=13) for n in (2, 5)]
-    stacks = [_gather_gloo(x, world, gloo) for x in ins]
-    out_lists = [[torch.empty_like(x) for _ in range(world)] for x in ins]
-    dist.group.WORLD.allgather_coalesced(out_lists, ins).wait()
-    for outs, s in zip(out_lists, stacks):
+    # all_gather_coalesced: one output list per rank, each as long as the inputs
+    # (gloo's nesting), with one input, several, and an empty one; gloo alongside.
+    for sizes in ((3,), (2, 5, 0, 1)):
+        ins = [_data(torch.int32, rank, n=n, salt=13) for n in sizes]
+        got = [[torch.full_like(x, -1) for x in ins] for _ in range(world)]
+        want = [[torch.full_like(x, -1) for x in ins] for _ in range(world)]
+        dist.all_gather_coalesced(got, ins)
+        dist.all_gather_coalesced(want, ins, group=gloo)
         for r in range(world):
-            _compare(failures, f"allgather_coalesced [{r}]", outs[r], s[r])
+            for i in range(len(ins)):
+                _compare(failures, f"all_gather_coalesced {sizes} [{r}][{i}]", got[r][i],
+                         want[r][i])
     # The coalesced forms, called on the process group as FSDP does.
     pg = dist.group.WORLD
     ins = [_data(torch.float32, rank, n=n, salt=11) for n in (4, 9)]
