@@ -89,6 +89,9 @@ static int compare(smddp_comm_t comm, smddp__progress_t *p, uint64_t seq)
         int known = smddp__shm_arrival(comm, lr, seq, &p->arrived[lr]);
         if (known <= 0) return known;
     }
+    /* Relative to local rank 0's arrival: the times are modulo 2^48. */
+    for (int lr = p->local_size - 1; lr >= 0; lr--)
+        p->arrived[lr] = smddp__arrival_diff(p->arrived[lr], p->arrived[0]);
     int first = 0, last = 0;
     for (int lr = 1; lr < p->local_size; lr++) {
         if (p->arrived[lr] < p->arrived[first]) first = lr;

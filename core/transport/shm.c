@@ -523,12 +523,9 @@ void smddp__shm_op_begin(smddp_comm_t comm, const smddp__op_desc_t *desc, int64_
 
     shm_progress_t *me = &s->progress[comm->local_rank];
     uint64_t tag = desc->seq + 1;
-    /* The arrival slot for seq: tag cleared, time written, tag set (readers check it twice). */
-    int a = (int)(desc->seq % ARRIVALS);
-    atomic_store_explicit(&me->arrived[a].tag, 0, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&me->arrived[a].ns, now_ns, memory_order_relaxed);
-    atomic_store_explicit(&me->arrived[a].tag, tag, memory_order_release);
+    uint64_t word = (tag << ARRIVAL_NS_BITS) |
+                    ((uint64_t)now_ns & ((1ULL << ARRIVAL_NS_BITS) - 1));
+    atomic_store_explicit(&me->arrived[desc->seq % ARRIVALS], word, memory_order_relaxed);
     atomic_store_explicit(&me->running, tag, memory_order_release);
 }
 
@@ -545,15 +542,13 @@ void smddp__shm_op_end(smddp_comm_t comm, bool ok)
 int smddp__shm_arrival(smddp_comm_t comm, int lr, uint64_t seq, int64_t *ns)
 {
     shm_progress_t *p = &comm->shm->progress[lr];
-    int a = (int)(seq % ARRIVALS);
-    uint64_t tag = atomic_load_explicit(&p->arrived[a].tag, memory_order_acquire);
-    int64_t t = atomic_load_explicit(&p->arrived[a].ns, memory_order_relaxed);
-    atomic_thread_fence(memory_order_acquire);
-    uint64_t again = atomic_load_explicit(&p->arrived[a].tag, memory_order_relaxed);
-    if (tag != again || tag == 0) return tag == 0 && again == 0 ? 0 : -1;
-    if (tag < seq + 1) return 0;
-    if (tag > seq + 1) return -1;
-    *ns = t;
+    uint64_t word = atomic_load_explicit(&p->arrived[seq % ARRIVALS], memory_order_relaxed);
+    if (word == 0) return 0;
+    /* The tags' distance modulo 2^16: behind (not arrived yet), ahead (slot reused), or it. */
+    int16_t ahead = (int16_t)(uint16_t)((word >> ARRIVAL_NS_BITS) - (seq + 1));
+    if (ahead < 0) return 0;
+    if (ahead > 0) return -1;
+    *ns = (int64_t)(word & ((1ULL << ARRIVAL_NS_BITS) - 1));
     return 1;
 }
 

@@ -59,10 +59,16 @@ void smddp__shm_op_end(smddp_comm_t comm, bool ok);
  * runs it;
  * op_end, that it finished it (ok) or failed in it.
  *
- * smddp__shm_arrival: local rank lr's arrival time at seq in *ns: 1 known,
- * 0 not arrived yet, -1 no longer known (it is 64 ops or more further).
+ * smddp__shm_arrival: local rank lr's arrival time at seq in *ns, modulo
+ * 2^48 (compare two with smddp__arrival_diff): 1 known, 0 not arrived yet,
+ * -1 no longer known (it is 64 ops or more further).
  */
 int smddp__shm_arrival(smddp_comm_t comm, int lr, uint64_t seq, int64_t *ns);
+/* a - b for two arrival times modulo 2^48 (their true distance is far below 2^47 ns). */
+static inline int64_t smddp__arrival_diff(int64_t a, int64_t b)
+{
+    return (int64_t)((uint64_t)(a - b) << 16) >> 16;
+}
 typedef struct smddp__shm_position {
     uint64_t running;  /* 1 + seq of the op it runs; 0 between ops */
     uint64_t finished; /* 1 + seq of the last op it finished; 0 none yet */

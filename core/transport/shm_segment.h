@@ -32,19 +32,20 @@ typedef struct shm_ctrl {
 
 /*
  * Where a local rank is (written by it alone): the op it runs, the last op
- * it finished, and when it arrived at each of its last ARRIVALS ops
- * (indexed by seq; the tag, 1 + seq, is stored last, 0 while written).
+ * it finished, and when it arrived at each of its last ARRIVALS ops, indexed
+ * by seq. An arrival is one word, so that it is written and read whole:
+ * (1 + seq) modulo 2^16 in the top 16 bits, the monotonic clock's ns modulo
+ * 2^48 (78 hours) below; 0 for none. Differences of arrivals are taken
+ * modulo 2^48, so a wrap between two ranks' arrivals costs nothing.
  */
 #define ARRIVALS 64
+#define ARRIVAL_NS_BITS 48
 typedef struct shm_progress {
     _Atomic uint64_t running;  /* 1 + seq of the op it runs; 0 between ops */
     _Atomic uint64_t finished; /* 1 + seq of the last op it finished; 0 none yet */
     _Atomic uint64_t failed;   /* 1 + seq of the op it failed in; 0 none */
     char pad[CACHELINE - 24];
-    struct {
-        _Atomic uint64_t tag;
-        _Atomic int64_t ns;
-    } arrived[ARRIVALS];
+    _Atomic uint64_t arrived[ARRIVALS];
 } shm_progress_t;
 
 /* One direction of a pair ring: a byte count and a futex tick, each on its own line. */
