@@ -98,6 +98,7 @@ struct smddp_comm {
 
     /* Abort: first failure wins; later ops fail fast with its message. */
     atomic_int aborted;
+    atomic_bool aborted_by_app; /* smddp_comm_abort on this rank: fail at once, ask nobody */
     smddp_status_t abort_status;
     char abort_msg[SMDDP_ERRMSG_MAX];
 

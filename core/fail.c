@@ -140,6 +140,7 @@ void smddp__comm_fail(smddp_comm_t comm, smddp_status_t status, const char *msg)
 void smddp__comm_abort_by_user(smddp_comm_t comm, const char *msg)
 {
     bool first = !atomic_load(&comm->aborted);
+    atomic_store(&comm->aborted_by_app, true);
     smddp__comm_abort(comm, SMDDP_ERR_ABORTED, msg);
     if (first) publish_abort(comm, true); /* shared memory told this node's ranks */
 }

@@ -387,7 +387,9 @@ void smddp__progress_where(smddp_comm_t comm, const smddp__op_t *op, char *buf, 
     bool *said = calloc((size_t)size, sizeof(bool));
     if (!pos || !what || !ranks || !said) goto out;
     local_positions(comm, pos);
-    if (comm->node_count > 1) {
+    /* An application that aborts wants its ops back at once: no wait for other nodes. */
+    bool ask = comm->node_count > 1 && !atomic_load(&comm->aborted_by_app);
+    if (ask) {
         /* Store errors on this path must not replace the failure being reported. */
         char saved[SMDDP_ERRMSG_MAX];
         snprintf(saved, sizeof(saved), "%s", smddp__last_error());
@@ -400,8 +402,11 @@ void smddp__progress_where(smddp_comm_t comm, const smddp__op_t *op, char *buf, 
     }
     for (int r = 0; r < size; r++) {
         if (pos[r].known) describe(&pos[r], op->seq, what[r], sizeof(what[r]));
-        else snprintf(what[r], sizeof(what[r]), "not known (no rank of its node answered "
-                                                 "within %.1f s)", REMOTE_WAIT_MS / 1000.0);
+        else if (ask) snprintf(what[r], sizeof(what[r]), "not known (no rank of its node "
+                                                        "answered within %.1f s)",
+                               REMOTE_WAIT_MS / 1000.0);
+        else snprintf(what[r], sizeof(what[r]), "on another node, not asked (this rank's "
+                                                "application aborted)");
     }
     size_t len = (size_t)snprintf(buf, cap, "where the ranks are:");
     const char *sep = " ";

@@ -54,7 +54,8 @@ char *smddp__progress_json_new(smddp_comm_t comm);
  * started seq 41". Ranks of this node are read from shared memory; across
  * nodes, this rank publishes its node's positions through the store and
  * reads the other nodes', waiting 1.5 s at most in all (a node none of
- * whose ranks answers is "not known"). Call it once comm has been aborted
+ * whose ranks answers is "not known"; after smddp_comm_abort on this rank
+ * it asks nobody). Call it once comm has been aborted
  * (the abort is what makes the other nodes' ranks answer). Writes "" when
  * comm has no shared memory.
  */

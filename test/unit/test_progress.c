@@ -147,6 +147,45 @@ static void test_where_skipped_across_nodes(void **state)
     run_nodes_env(4, 2, skip_rank, "SMDDP_TIMEOUT=3");
 }
 
+/*
+ * 2 fake nodes of 2 ranks: rank 0 aborts while its allreduce waits for the
+ * others. Its op fails at once: the positions of the other node's ranks are
+ * not asked for (that would wait for them), and the message says so.
+ */
+static void app_abort_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    float x[4] = {1, 2, 3, 4};
+    H_OK(smddp_allreduce(comm, x, x, 4, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL));
+    if (rank != 0) {
+        sleep_ms(3000);
+        smddp_status_t st = smddp_allreduce(comm, x, x, 4, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL);
+        H_CHECK(st == SMDDP_ERR_ABORTED, "rank %d: %s", rank, smddp_status_string(st));
+        return;
+    }
+    smddp_request_t req;
+    H_OK(smddp_allreduce(comm, x, x, 4, SMDDP_FLOAT32, SMDDP_SUM, NULL, &req));
+    sleep_ms(200);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    H_OK(smddp_comm_abort(comm));
+    smddp_status_t st = smddp_wait(req, SMDDP_WAIT_DEFAULT);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    const char *msg = smddp_get_last_error(comm);
+    H_CHECK(st == SMDDP_ERR_ABORTED, "rank 0: %s: %s", smddp_status_string(st), msg);
+    H_CHECK(took < 1.0, "the aborted allreduce took %.2f s to fail", took);
+    H_CHECK(strstr(msg, "ranks 2,3: on another node, not asked"), "message: %s", msg);
+    smddp_request_free(req);
+}
+
+static void test_app_abort_asks_nobody(void **state)
+{
+    (void)state;
+    run_nodes_env(4, 2, app_abort_rank, "SMDDP_TIMEOUT=20");
+}
+
 /* Rank 1 dies after 3 allreduces: the others' failure says so, and where it stopped. */
 static void die_rank(smddp_comm_t comm, int rank, int size, void *arg)
 {
@@ -225,6 +264,7 @@ int main(void)
         cmocka_unit_test(test_where_skipped),
         cmocka_unit_test(test_where_dead),
         cmocka_unit_test(test_where_skipped_across_nodes),
+        cmocka_unit_test(test_app_abort_asks_nobody),
         cmocka_unit_test(test_api),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
