@@ -110,6 +110,40 @@ smddp_status_t smddp_comm_split(smddp_comm_t comm, int color, int key, smddp_com
     return fail(comm, smddp__comm_split(comm, color, key, newcomm));
 }
 
+smddp_status_t smddp_comm_shrink(smddp_comm_t comm, const int *exclude, int n_exclude,
+                                 int flags, smddp_comm_t *newcomm)
+{
+    if (!comm) return INVALID(NULL, "smddp_comm_shrink: comm is NULL");
+    if (!newcomm) return INVALID(comm, "smddp_comm_shrink: newcomm (the output) is NULL");
+    if (n_exclude < 0 || (n_exclude > 0 && !exclude))
+        return INVALID(comm, "smddp_comm_shrink: n_exclude is %d with exclude %s; give "
+                             "n_exclude >= 0 and, when > 0, an array of that many ranks",
+                       n_exclude, exclude ? "set" : "NULL");
+    if (flags & ~SMDDP_SHRINK_ABORT)
+        return INVALID(comm, "smddp_comm_shrink: unknown flags 0x%x; accepted: "
+                             "SMDDP_SHRINK_DEFAULT (0), SMDDP_SHRINK_ABORT (1)", flags);
+    bool *excluded = calloc((size_t)comm->size, sizeof(bool));
+    if (!excluded) return fail(comm, smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %d flags",
+                                                  comm->size));
+    smddp_status_t st = SMDDP_OK;
+    for (int i = 0; i < n_exclude && st == SMDDP_OK; i++) {
+        int r = exclude[i];
+        if (r < 0 || r >= comm->size)
+            st = INVALID(comm, "smddp_comm_shrink: exclude[%d] is %d; ranks are 0..%d", i, r,
+                         comm->size - 1);
+        else if (r == comm->rank)
+            st = INVALID(comm, "smddp_comm_shrink: exclude[%d] is this rank (%d); an excluded "
+                               "rank does not call smddp_comm_shrink", i, r);
+        else if (excluded[r])
+            st = INVALID(comm, "smddp_comm_shrink: rank %d is in exclude twice", r);
+        else
+            excluded[r] = true;
+    }
+    if (st == SMDDP_OK) st = fail(comm, smddp__comm_shrink(comm, excluded, flags, newcomm));
+    free(excluded);
+    return st;
+}
+
 smddp_status_t smddp_comm_abort(smddp_comm_t comm)
 {
     if (!comm) return INVALID(NULL, "smddp_comm_abort: comm is NULL");

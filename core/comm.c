@@ -199,3 +199,76 @@ out:
     free(all);
     return st;
 }
+
+/* ---- shrink --------------------------------------------------------------- */
+
+/* "1,3" for the sorted ranks of excluded (nothing for none). */
+static void exclude_text(const bool *excluded, int size, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int r = 0; r < size && len < cap; r++)
+        if (excluded[r]) len += (size_t)snprintf(out + len, cap - len, "%s%d", len ? "," : "", r);
+}
+
+smddp_status_t smddp__comm_shrink(smddp_comm_t comm, const bool *excluded, int flags,
+                                  smddp_comm_t *out)
+{
+    *out = NULL;
+    if (flags & SMDDP_SHRINK_ABORT) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "aborted to shrink the communicator (rank %d)", comm->rank);
+        smddp__comm_abort_by_user(comm, msg);
+    }
+    int new_size = 0, new_rank = 0;
+    for (int r = 0; r < comm->size; r++) {
+        if (excluded[r]) continue;
+        if (r < comm->rank) new_rank++;
+        new_size++;
+    }
+    /*
+     * Agreement: every survivor publishes its list under the shrink's number
+     * (the same on every survivor: each counts the shrinks of this parent)
+     * and reads every other survivor's, by one deadline.
+     */
+    uint64_t id = atomic_fetch_add(&comm->shrinks, 1);
+    char mine[4096], key[512], prefix[512];
+    exclude_text(excluded, comm->size, mine, sizeof(mine));
+    snprintf(key, sizeof(key), "%s/shrink%llu/r%d", comm->prefix, (unsigned long long)id,
+             comm->rank);
+    SMDDP_CHECK(smddp__store_set(comm->store, key, mine, strlen(mine) + 1));
+    int64_t deadline = smddp__now_ns() + comm->timeout_ms * 1000000LL;
+    for (int r = 0; r < comm->size; r++) {
+        if (excluded[r] || r == comm->rank) continue;
+        snprintf(key, sizeof(key), "%s/shrink%llu/r%d", comm->prefix, (unsigned long long)id, r);
+        int64_t left_ms = SMDDP_MAX((deadline - smddp__now_ns()) / 1000000, 1);
+        void *v = NULL;
+        size_t len = 0;
+        smddp_status_t st = smddp__store_get(comm->store, key, left_ms, &v, &len);
+        if (st == SMDDP_ERR_TIMEOUT)
+            return smddp__error(SMDDP_ERR_TIMEOUT,
+                                "smddp_comm_shrink: rank %d did not join the shrink within %.3f s "
+                                "(every rank not excluded must call it; if rank %d is gone too, "
+                                "exclude it as well)", r, (double)comm->timeout_ms / 1000.0, r);
+        if (st != SMDDP_OK) return st;
+        bool same = len == strlen(mine) + 1 && memcmp(v, mine, len) == 0;
+        char theirs[4096];
+        snprintf(theirs, sizeof(theirs), "%.*s", (int)SMDDP_MIN(len, sizeof(theirs) - 1),
+                 (const char *)v);
+        free(v);
+        if (!same)
+            return smddp__error(SMDDP_ERR_MISMATCH,
+                                "smddp_comm_shrink: rank %d excludes [%s] but rank %d excludes "
+                                "[%s]; every surviving rank must pass the same ranks", r, theirs,
+                                comm->rank, mine);
+    }
+    int len = snprintf(prefix, sizeof(prefix), "%s/shrink%llu", comm->prefix,
+                       (unsigned long long)id);
+    if (len < 0 || (size_t)len >= sizeof(comm->prefix))
+        return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "communicators shrunk too deeply: store "
+                            "prefix %s would exceed %zu characters", prefix,
+                            sizeof(comm->prefix) - 1);
+    int64_t left_ms = SMDDP_MAX((deadline - smddp__now_ns()) / 1000000, 1);
+    return smddp__comm_create(comm->store, new_rank, new_size, prefix,
+                              SMDDP_MIN(comm->timeout_ms, left_ms), out);
+}

@@ -93,6 +93,7 @@ struct smddp_comm {
     pthread_t thread;
     pthread_mutex_t exec_lock;
     uint64_t next_seq;
+    _Atomic uint64_t shrinks; /* smddp_comm_shrink calls so far: names the next one */
     uint64_t *p2p_send_seq;  /* per peer, next message number */
     uint64_t *p2p_recv_seq;
 
@@ -131,6 +132,14 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
                                   const char *prefix, int64_t timeout_ms,
                                   smddp_comm_t *out);
 smddp_status_t smddp__comm_split(smddp_comm_t comm, int color, int key, smddp_comm_t *out);
+/*
+ * smddp_comm_shrink on checked arguments: excluded[r] for each parent rank
+ * (never this one; at least one rank stays). Agrees on the list through the
+ * parent's store, then creates the survivors' communicator under a fresh
+ * prefix, all by one deadline (the parent's timeout).
+ */
+smddp_status_t smddp__comm_shrink(smddp_comm_t comm, const bool *excluded, int flags,
+                                  smddp_comm_t *out);
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm);
 
 #endif /* SMDDP_CORE_COMM_H */

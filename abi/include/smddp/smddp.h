@@ -286,6 +286,31 @@ SMDDP_API smddp_status_t smddp_comm_create_from_env(const smddp_comm_config_t *c
 SMDDP_API smddp_status_t smddp_comm_split(smddp_comm_t comm, int color, int key,
                                           smddp_comm_t *newcomm);
 
+/** smddp_comm_shrink flags: abort the parent's pending operations first. */
+#define SMDDP_SHRINK_DEFAULT 0
+#define SMDDP_SHRINK_ABORT 1
+
+/**
+ * Builds a communicator of the ranks of comm not in exclude, keeping their
+ * order (rank r becomes r minus the excluded ranks below it), for example
+ * after a peer died. Collective over the surviving ranks only: excluded
+ * ranks do not call it. Works on a healthy communicator and on one that
+ * failed; needs no new rendezvous (it uses comm's store under a fresh
+ * prefix); waits at most comm's timeout. Fails with SMDDP_ERR_MISMATCH,
+ * naming both lists, when survivors pass different ranks, and with
+ * SMDDP_ERR_TIMEOUT, naming the rank, when a survivor does not call it in
+ * time (a second death). SMDDP_SHRINK_ABORT first aborts comm, so that its
+ * pending operations fail at once. comm stays valid (aborted or not): free
+ * it with smddp_comm_destroy(). The store must outlive the dead ranks (with
+ * the built-in store, it lives in rank 0's process).
+ *
+ * @param exclude   n_exclude distinct ranks of comm, not this one (NULL if 0)
+ * @param flags     SMDDP_SHRINK_DEFAULT or SMDDP_SHRINK_ABORT
+ * @param[out] newcomm the survivors' communicator
+ */
+SMDDP_API smddp_status_t smddp_comm_shrink(smddp_comm_t comm, const int *exclude, int n_exclude,
+                                           int flags, smddp_comm_t *newcomm);
+
 /**
  * Aborts a communicator: pending and later operations fail with
  * SMDDP_ERR_ABORTED, and peers blocked in a collective with this rank are
