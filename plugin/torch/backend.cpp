@@ -290,6 +290,32 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::split(
   return c10::make_intrusive<ProcessGroupSMDDP>(child, rank, size, timeout);
 }
 
+#ifdef SMDDP_C10D_BACKEND_HAS_SHRINK
+c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::shrink(
+    const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+    const c10::intrusive_ptr<Options>& opts_override) {
+  TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
+  TORCH_CHECK(shrink_flags == SMDDP_SHRINK_DEFAULT || shrink_flags == SMDDP_SHRINK_ABORT,
+              "smddp shrink: shrink_flags ", shrink_flags, " is not supported; accepted: 0 "
+              "(SHRINK_DEFAULT) and 1 (SHRINK_ABORT)");
+  std::vector<int> exclude(ranks_to_exclude.begin(), ranks_to_exclude.end());
+  smddp_comm_t child = nullptr;
+  smddp_status_t st = smddp_comm_shrink(comm_, exclude.data(), static_cast<int>(exclude.size()),
+                                        shrink_flags, &child);
+  if (st != SMDDP_OK) {
+    fail_issue("shrink", st);
+  }
+  auto timeout = opts_override && opts_override->timeout.count() > 0 ? opts_override->timeout
+                                                                      : timeout_;
+  (void)smddp_comm_set_timeout(child, timeout.count() > 0 ? timeout.count() : -1);
+  int rank = 0;
+  int size = 0;
+  (void)smddp_comm_rank(child, &rank);
+  (void)smddp_comm_size(child, &size);
+  return c10::make_intrusive<ProcessGroupSMDDP>(child, rank, size, timeout);
+}
+#endif
+
 void ProcessGroupSMDDP::setTimeout(std::chrono::milliseconds timeout) {
   TORCH_CHECK(timeout.count() > 0, "smddp setTimeout: the timeout must be positive, got ",
               timeout.count(), " ms");

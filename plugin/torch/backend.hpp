@@ -152,6 +152,19 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // Applies to operations that start afterwards.
   void setTimeout(std::chrono::milliseconds timeout) override;
 
+#ifdef SMDDP_C10D_BACKEND_HAS_SHRINK
+  // torch.distributed.shrink_group: the surviving ranks call it with the
+  // same ranks_to_exclude (smddp_comm_shrink); shrink_flags 1
+  // (SHRINK_ABORT) aborts this group's pending works first. The new backend
+  // keeps this one's timeout unless opts_override gives one.
+  bool supportsShrinking() const override {
+    return true;
+  }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude,
+                                           int shrink_flags,
+                                           const c10::intrusive_ptr<Options>& opts_override) override;
+#endif
+
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,

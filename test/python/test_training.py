@@ -417,3 +417,74 @@ def test_ddp_on_new_group_subset():
         _assert_params_close(res["smddp"], res["gloo"], f"sub-group rank {r}: smddp vs gloo")
         _assert_params_close(res["smddp"], results[0]["smddp"], f"sub-group rank {r} vs rank 0",
                              exact=True)
+
+
+# ---- recovery: shrink_group ---------------------------------------------------
+
+
+def _shrink_after_death(rank, world, kill_rank):
+    """kill_rank dies; the survivors catch the failure, shrink, and check every
+    collective on the shrunk group against a gloo group of the same ranks."""
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    if rank == kill_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        return {"failed": "an allreduce with a dead rank succeeded"}
+    except RuntimeError:
+        pass
+    pg = dist.shrink_group([kill_rank], shrink_flags=1)  # SHRINK_ABORT
+    new_rank, new_world = dist.get_rank(), dist.get_world_size()
+    x = torch.arange(6, dtype=torch.float32) + new_rank
+    dist.all_reduce(x)
+    took = time.monotonic() - start
+    gloo = dist.new_group(backend="gloo")
+    bad = []
+
+    def same(what, got, want):
+        if not torch.equal(got, want):
+            bad.append(f"{what}: {got.tolist()} vs {want.tolist()}")
+
+    want = torch.arange(6, dtype=torch.float32) + new_rank
+    dist.all_reduce(want, group=gloo)
+    same("all_reduce", x, want)
+    y = torch.arange(4, dtype=torch.float32) * (new_rank + 1)
+    got, ref = torch.empty(4 * new_world), torch.empty(4 * new_world)
+    dist.all_gather_into_tensor(got, y)
+    dist.all_gather_into_tensor(ref, y, group=gloo)
+    same("all_gather", got, ref)
+    big = torch.arange(4 * new_world, dtype=torch.float32) + new_rank
+    rs, full = torch.empty(4), big.clone()
+    dist.reduce_scatter_tensor(rs, big)
+    dist.all_reduce(full, group=gloo)
+    same("reduce_scatter", rs, full[4 * new_rank:4 * (new_rank + 1)])
+    b, c = y.clone(), y.clone()
+    dist.broadcast(b, src=new_world - 1)
+    dist.broadcast(c, src=new_world - 1, group=gloo)
+    same("broadcast", b, c)
+    a2a, a2a_ref = torch.empty(4 * new_world), torch.empty(4 * new_world)
+    src = torch.arange(4 * new_world, dtype=torch.float32) + 100 * new_rank
+    dist.all_to_all_single(a2a, src)
+    dist.all_to_all_single(a2a_ref, src, group=gloo)
+    same("all_to_all", a2a, a2a_ref)
+    dist.barrier()
+    return {"failed": "; ".join(bad) or None, "world": new_world, "rank": new_rank,
+            "seconds": took, "pg_is_default": pg == dist.group.WORLD}
+
+
+@pytest.mark.skipif(not hasattr(dist, "shrink_group"), reason="this torch has no shrink_group")
+@pytest.mark.parametrize("world,kill_rank", [(3, 2), (4, 1)])
+def test_shrink_group_after_a_death(world, kill_rank):
+    survivors = [r for r in range(world) if r != kill_rank]
+    results, exitcodes = run_ranks(_shrink_after_death, world, args=(kill_rank,),
+                                   group_timeout_s=FAIL_TIMEOUT_S, expect=survivors,
+                                   timeout=FAIL_TIMEOUT_S + 40)
+    assert exitcodes[kill_rank] == -signal.SIGKILL, exitcodes
+    for r in survivors:
+        res = results[r]
+        print(f"rank {r}: death to first collective on the shrunk group {res['seconds']:.3f} s")
+        assert res["failed"] is None, f"rank {r}: {res['failed']}"
+        assert res["world"] == world - 1 and res["rank"] == r - (r > kill_rank), (r, res)
+        assert res["pg_is_default"], f"rank {r}: the shrunk group is not the default group"
