@@ -65,13 +65,15 @@ static void test_healthy_and_twice(void **state)
     run(4, healthy_rank, NULL);
 }
 
-/* A rank dies: the others fail, shrink with SMDDP_SHRINK_ABORT, and go on. */
+/*
+ * Ranks die (arg: how many, the last ones: with 2 ranks per node, 2 is a
+ * whole node): the others fail, shrink with SMDDP_SHRINK_ABORT, and go on.
+ */
 static void after_death_rank(smddp_comm_t comm, int rank, int size, void *arg)
 {
-    (void)arg;
-    int victim = size - 1;
+    int victims = arg ? *(const int *)arg : 1;
     check_sum(comm, "before");
-    if (rank == victim) raise(SIGKILL);
+    if (rank >= size - victims) raise(SIGKILL);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0); /* about when the victim died: all left check_sum together */
     float x[3] = {1, 2, 3};
@@ -79,8 +81,9 @@ static void after_death_rank(smddp_comm_t comm, int rank, int size, void *arg)
     H_CHECK(st == SMDDP_ERR_PEER_LOST || st == SMDDP_ERR_ABORTED, "with a dead peer: %s",
             smddp_status_string(st));
     smddp_comm_t child;
-    int gone[] = {victim};
-    H_OK(smddp_comm_shrink(comm, gone, 1, SMDDP_SHRINK_ABORT, &child));
+    int gone[16];
+    for (int i = 0; i < victims; i++) gone[i] = size - victims + i;
+    H_OK(smddp_comm_shrink(comm, gone, victims, SMDDP_SHRINK_ABORT, &child));
     check_sum(child, "after the shrink");
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rank == 0)
@@ -109,6 +112,16 @@ static void test_after_sigkill_across_nodes(void **state)
     harness_opts_t opts = {.timeout_s = 240, .ranks_per_node = 2, .env = "SMDDP_TIMEOUT=30"};
     opts.expect_signal[3] = SIGKILL;
     assert_int_equal(harness_run(4, after_death_rank, NULL, &opts), 0);
+}
+
+/* 3 fake nodes of 2 ranks: the whole last node dies; the other two shrink and go on. */
+static void test_whole_node_dies(void **state)
+{
+    (void)state;
+    int victims = 2;
+    harness_opts_t opts = {.timeout_s = 240, .ranks_per_node = 2, .env = "SMDDP_TIMEOUT=30"};
+    opts.expect_signal[4] = opts.expect_signal[5] = SIGKILL;
+    assert_int_equal(harness_run(6, after_death_rank, &victims, &opts), 0);
 }
 
 /* Ranks 0 and 1 exclude 3; rank 2 excludes 1 and 3: every one of them is told. */
@@ -222,6 +235,7 @@ int main(void)
         cmocka_unit_test(test_healthy_and_twice),
         cmocka_unit_test(test_after_sigkill),
         cmocka_unit_test(test_after_sigkill_across_nodes),
+        cmocka_unit_test(test_whole_node_dies),
         cmocka_unit_test(test_disagreeing_excludes),
         cmocka_unit_test(test_survivor_missing),
         cmocka_unit_test(test_bad_arguments),
