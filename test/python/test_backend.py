@@ -674,6 +674,38 @@ def test_completion_hook():
     run_ranks(_check_completion_hook, 2)
 
 
+def _check_group_abort(rank, world, gloo):
+    """A rank blocked in a collective whose peer never comes stops at once when
+    another of its threads aborts the group (torch's _abort_process_group)."""
+    import threading
+    import time
+
+    from torch.distributed.distributed_c10d import _abort_process_group
+
+    failures = []
+    sub = dist.new_group(backend="smddp", timeout=timedelta(seconds=20))
+    if rank == 1:
+        time.sleep(3)  # never joins the allreduce below
+        return failures
+    work = dist.all_reduce(torch.ones(4), group=sub, async_op=True)
+    threading.Timer(0.5, _abort_process_group, args=(sub,)).start()
+    start = time.monotonic()
+    try:
+        work.wait()
+        failures.append("the allreduce of an aborted group completed")
+    except RuntimeError as err:
+        took = time.monotonic() - start
+        if took > 3:
+            failures.append(f"the aborted allreduce raised after {took:.1f} s, not at once")
+        if "abort" not in str(err):
+            failures.append(f"the error does not say the group was aborted: {err}")
+    return failures
+
+
+def test_abort_process_group_stops_a_waiting_rank():
+    run_ranks(_check_group_abort, 2)
+
+
 def _check_profiler_events(rank, world, gloo):
     from torch.profiler import ProfilerActivity, profile
 
