@@ -110,6 +110,17 @@ smddp_status_t smddp_comm_split(smddp_comm_t comm, int color, int key, smddp_com
     return fail(comm, smddp__comm_split(comm, color, key, newcomm));
 }
 
+smddp_status_t smddp_comm_peer_state(smddp_comm_t comm, int peer, smddp_peer_state_t *state)
+{
+    if (!comm) return INVALID(NULL, "smddp_comm_peer_state: comm is NULL");
+    if (!state) return INVALID(comm, "smddp_comm_peer_state: state (the output) is NULL");
+    if (peer < 0 || peer >= comm->size)
+        return INVALID(comm, "smddp_comm_peer_state: peer %d; ranks are 0..%d", peer,
+                       comm->size - 1);
+    *state = (smddp_peer_state_t)smddp__comm_peer_state(comm, peer);
+    return SMDDP_OK;
+}
+
 smddp_status_t smddp_comm_shrink(smddp_comm_t comm, const int *exclude, int n_exclude,
                                  int flags, smddp_comm_t *newcomm)
 {

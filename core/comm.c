@@ -41,6 +41,7 @@ static void comm_free(smddp_comm_t comm)
     free(comm->local_ranks);
     free(comm->p2p_send_seq);
     free(comm->p2p_recv_seq);
+    free((void *)comm->seen_dead);
     smddp__trace_free(comm->trace);
     smddp__progress_free(comm->progress);
     pthread_mutex_destroy(&comm->lock);
@@ -72,7 +73,8 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     atomic_init(&comm->aborted, 0);
     comm->p2p_send_seq = calloc((size_t)size, sizeof(uint64_t));
     comm->p2p_recv_seq = calloc((size_t)size, sizeof(uint64_t));
-    if (!comm->p2p_send_seq || !comm->p2p_recv_seq) {
+    comm->seen_dead = calloc((size_t)size, sizeof(*comm->seen_dead));
+    if (!comm->p2p_send_seq || !comm->p2p_recv_seq || !comm->seen_dead) {
         st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate a communicator of %d ranks", size);
         goto fail;
     }
@@ -271,4 +273,14 @@ smddp_status_t smddp__comm_shrink(smddp_comm_t comm, const bool *excluded, int f
     int64_t left_ms = SMDDP_MAX((deadline - smddp__now_ns()) / 1000000, 1);
     return smddp__comm_create(comm->store, new_rank, new_size, prefix,
                               SMDDP_MIN(comm->timeout_ms, left_ms), out);
+}
+
+int smddp__comm_peer_state(smddp_comm_t comm, int peer)
+{
+    if (peer == comm->rank) return SMDDP_PEER_ALIVE;
+    if (comm->node_of[peer] == comm->node && comm->shm) {
+        for (int lr = 0; lr < comm->local_size; lr++)
+            if (comm->local_ranks[lr] == peer) return smddp__shm_peer_state(comm, lr);
+    }
+    return atomic_load(&comm->seen_dead[peer]) ? SMDDP_PEER_GONE : SMDDP_PEER_UNKNOWN;
 }

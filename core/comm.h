@@ -94,6 +94,7 @@ struct smddp_comm {
     pthread_mutex_t exec_lock;
     uint64_t next_seq;
     _Atomic uint64_t shrinks; /* smddp_comm_shrink calls so far: names the next one */
+    _Atomic bool *seen_dead; /* per rank: the liveness watch saw it die (smddp_comm_peer_state) */
     uint64_t *p2p_send_seq;  /* per peer, next message number */
     uint64_t *p2p_recv_seq;
 
@@ -138,6 +139,8 @@ smddp_status_t smddp__comm_split(smddp_comm_t comm, int color, int key, smddp_co
  * parent's store, then creates the survivors' communicator under a fresh
  * prefix, all by one deadline (the parent's timeout).
  */
+/* smddp_comm_peer_state's answer for a checked rank (an smddp_peer_state_t). */
+int smddp__comm_peer_state(smddp_comm_t comm, int peer);
 smddp_status_t smddp__comm_shrink(smddp_comm_t comm, const bool *excluded, int flags,
                                   smddp_comm_t *out);
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm);

@@ -163,6 +163,7 @@ bool smddp__comm_poll_remote_abort(smddp_comm_t comm, int64_t now_ns, int waitin
     int dead = smddp__watch_dead(comm, now_ns, waiting_for, gone, sizeof(gone));
     restore_error(&before);
     if (dead >= 0) {
+        atomic_store(&comm->seen_dead[dead], true);
         smddp__comm_fail(comm, SMDDP_ERR_PEER_LOST, gone);
         return true;
     }

@@ -532,6 +532,17 @@ smddp_comm_stats_t ProcessGroupSMDDP::stats(std::vector<int64_t>& late_ns) {
   return out;
 }
 
+std::vector<smddp_peer_state_t> ProcessGroupSMDDP::peer_states() {
+  std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+  TORCH_CHECK(comm_ != nullptr, "smddp.peer_states: the process group has been shut down");
+  std::vector<smddp_peer_state_t> out(static_cast<size_t>(size_), SMDDP_PEER_UNKNOWN);
+  for (int r = 0; r < size_; ++r) {
+    TORCH_CHECK(smddp_comm_peer_state(comm_, r, &out[static_cast<size_t>(r)]) == SMDDP_OK,
+                "smddp.peer_states: ", comm_error(comm_));
+  }
+  return out;
+}
+
 void ProcessGroupSMDDP::fail_issue(const char* fn, smddp_status_t st) {
   std::ostringstream msg;
   msg << "smddp " << fn << " failed (" << smddp_status_string(st) << "): " << issue_error(comm_);

@@ -251,6 +251,9 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // ns (-1 where not covered).
   smddp_comm_stats_t stats(std::vector<int64_t>& late_ns);
 
+  // smddp_comm_peer_state of every rank of the group, in rank order.
+  std::vector<smddp_peer_state_t> peer_states();
+
  private:
   c10::intrusive_ptr<c10d::Work> recv_from(std::vector<at::Tensor>& tensors, int srcRank, int tag);
   c10::intrusive_ptr<WorkSMDDP> new_work(c10d::OpType type, std::vector<at::Tensor> outputs);

@@ -74,4 +74,22 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("backend"),
       "The straggler telemetry of an smddp backend's communicator, as a dict.");
+  m.def(
+      "peer_states",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        auto* pg = dynamic_cast<smddp_torch::ProcessGroupSMDDP*>(backend.get());
+        TORCH_CHECK(pg != nullptr, "smddp.peer_states: the group's CPU backend is ",
+                    backend ? backend->getBackendName() : std::string("none"),
+                    ", not smddp");
+        std::vector<std::string> out;
+        for (smddp_peer_state_t s : pg->peer_states()) {
+          out.emplace_back(s == SMDDP_PEER_ALIVE  ? "alive"
+                           : s == SMDDP_PEER_GONE ? "gone"
+                           : s == SMDDP_PEER_LEFT ? "left"
+                                                  : "unknown");
+        }
+        return out;
+      },
+      py::arg("backend"), "What this rank knows of each rank of the group, in rank order.",
+      py::call_guard<py::gil_scoped_release>());
 }

@@ -402,3 +402,40 @@ def test_example_refuses_smddp_clearly_when_it_cannot_load():
     assert proc.returncode == 1
     assert "train_ddp: error: backend='smddp' was asked for" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@needs_package
+def test_elastic_example_shrinks_and_trains_on():
+    """smddprun --keep-going: rank 2 of 4 dies at step 5; the survivors shrink and finish."""
+    from smddp_support import IMPORT_ERROR
+
+    if IMPORT_ERROR is not None:
+        pytest.skip(f"smddp with its compiled shim is not importable ({IMPORT_ERROR})")
+    proc = subprocess.run(
+        [sys.executable, "-m", "smddp.launcher", "--nproc-per-node", "4", "--keep-going", "--",
+         sys.executable, "-m", "smddp.examples.train_elastic", "--steps", "8", "--kill-rank", "2",
+         "--kill-step", "5"],
+        capture_output=True, text=True, env=_subprocess_env(), timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    for step in range(1, 5):
+        assert f"step {step} world size 4 loss" in out, out
+    assert "shrunk: ranks [2] gone, world size 3" in out, out
+    for step in range(5, 9):
+        assert f"step {step} world size 3 loss" in out, out
+    assert "survivors' parameters identical" in out, out
+    assert "smddprun: rank 2 was killed by SIGKILL" in proc.stderr, proc.stderr
+
+
+def test_keep_going_needs_one_machine():
+    proc = subprocess.run([sys.executable, "-m", "smddp.launcher", "--keep-going", "--",
+                           sys.executable, "-c", "pass"], capture_output=True, text=True,
+                          env=_subprocess_env(), timeout=60)
+    assert proc.returncode == 2
+    assert "--keep-going goes with --nproc-per-node" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "smddp.launcher", "--keep-going",
+                           "--nproc-per-node", "2", "--nnodes", "2", "--master-addr", "h",
+                           "--master-port", "1", "--", "true"], capture_output=True, text=True,
+                          env=_subprocess_env(), timeout=60)
+    assert proc.returncode == 2
+    assert "does not go with --nnodes > 1" in proc.stderr

@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -67,11 +68,13 @@ static void test_healthy_and_twice(void **state)
 
 /*
  * Ranks die (arg: how many, the last ones: with 2 ranks per node, 2 is a
- * whole node): the others fail, shrink with SMDDP_SHRINK_ABORT, and go on.
+ * whole node; NULL: one, on this node): the others fail, see them gone
+ * (smddp_comm_peer_state), shrink with SMDDP_SHRINK_ABORT, and go on.
  */
 static void after_death_rank(smddp_comm_t comm, int rank, int size, void *arg)
 {
     int victims = arg ? *(const int *)arg : 1;
+    bool one_node = arg == NULL;
     check_sum(comm, "before");
     if (rank >= size - victims) raise(SIGKILL);
     struct timespec t0, t1;
@@ -80,6 +83,15 @@ static void after_death_rank(smddp_comm_t comm, int rank, int size, void *arg)
     smddp_status_t st = smddp_allreduce(comm, x, x, 3, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL);
     H_CHECK(st == SMDDP_ERR_PEER_LOST || st == SMDDP_ERR_ABORTED, "with a dead peer: %s",
             smddp_status_string(st));
+    for (int r = 0; r < size; r++) {
+        smddp_peer_state_t s;
+        H_OK(smddp_comm_peer_state(comm, r, &s));
+        bool dead = r >= size - victims;
+        /* Across nodes a dead rank may not be known yet (UNKNOWN); a live one is never GONE. */
+        H_CHECK(dead ? (s == SMDDP_PEER_GONE || (!one_node && s == SMDDP_PEER_UNKNOWN))
+                     : (s == SMDDP_PEER_ALIVE || (!one_node && s == SMDDP_PEER_UNKNOWN)),
+                "rank %d sees rank %d in state %d", rank, r, (int)s);
+    }
     smddp_comm_t child;
     int gone[16];
     for (int i = 0; i < victims; i++) gone[i] = size - victims + i;
@@ -109,9 +121,10 @@ static void test_after_sigkill(void **state)
 static void test_after_sigkill_across_nodes(void **state)
 {
     (void)state;
+    int victims = 1;
     harness_opts_t opts = {.timeout_s = 240, .ranks_per_node = 2, .env = "SMDDP_TIMEOUT=30"};
     opts.expect_signal[3] = SIGKILL;
-    assert_int_equal(harness_run(4, after_death_rank, NULL, &opts), 0);
+    assert_int_equal(harness_run(4, after_death_rank, &victims, &opts), 0);
 }
 
 /* 3 fake nodes of 2 ranks: the whole last node dies; the other two shrink and go on. */

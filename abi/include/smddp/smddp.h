@@ -286,6 +286,24 @@ SMDDP_API smddp_status_t smddp_comm_create_from_env(const smddp_comm_config_t *c
 SMDDP_API smddp_status_t smddp_comm_split(smddp_comm_t comm, int color, int key,
                                           smddp_comm_t *newcomm);
 
+/** What this rank knows of another rank of its communicator (smddp_comm_peer_state). */
+typedef enum smddp_peer_state {
+    SMDDP_PEER_ALIVE = 0,   /**< its process runs (a rank of this node), or none of the below */
+    SMDDP_PEER_GONE = 1,    /**< its process ended without destroying its communicator */
+    SMDDP_PEER_LEFT = 2,    /**< it destroyed its communicator */
+    SMDDP_PEER_UNKNOWN = 3  /**< on another node, and not seen to die */
+} smddp_peer_state_t;
+
+/**
+ * Whether rank `peer` of comm is still there, as this rank can tell: for a
+ * rank of its node from the process itself; for a rank of another node,
+ * SMDDP_PEER_GONE once this rank's liveness connection saw it die, else
+ * SMDDP_PEER_UNKNOWN. Local; safe from any thread, also after a failure.
+ * What survivors use to agree on whom to exclude before smddp_comm_shrink.
+ */
+SMDDP_API smddp_status_t smddp_comm_peer_state(smddp_comm_t comm, int peer,
+                                               smddp_peer_state_t *state);
+
 /** smddp_comm_shrink flags: abort the parent's pending operations first. */
 #define SMDDP_SHRINK_DEFAULT 0
 #define SMDDP_SHRINK_ABORT 1

@@ -93,6 +93,40 @@ def _load() -> None:
         dist.Backend.register_backend(
             BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"]
         )
+    _keep_shrunk_groups_custom()
+
+
+def _keep_shrunk_groups_custom() -> None:
+    """torch.distributed.shrink_group registers the shrunk group's backend as
+    gloo for the CPU (as NCCL for CUDA), whatever it is. A process group whose
+    default backend says gloo but is smddp crashes DDP, which then reads it as
+    a ProcessGroupGloo (its logger asks for gloo's thread count). For smddp
+    backends, the shrunk group is registered as a custom backend instead, as
+    the groups init_process_group and new_group make are."""
+    import torch.distributed.distributed_c10d as c10d
+
+    create = getattr(c10d, "_create_shrunk_process_group", None)
+    if create is None or getattr(create, "_smddp_keeps_custom", False):
+        return
+
+    def create_custom(new_backend, *args, **kwargs):
+        pg = create(new_backend, *args, **kwargs)
+        try:
+            is_smddp = new_backend.name() == BACKEND_NAME
+        except Exception:  # noqa: BLE001 - a backend without a name: leave it alone
+            is_smddp = False
+        if is_smddp:
+            custom = c10d.ProcessGroup.BackendType.CUSTOM
+            for device in ("cpu", "cuda"):
+                try:
+                    pg._register_backend(torch.device(device), custom, new_backend)
+                except Exception:  # noqa: BLE001 - no CUDA build: the CPU one suffices
+                    pass
+            pg._set_default_backend(custom)
+        return pg
+
+    create_custom._smddp_keeps_custom = True
+    c10d._create_shrunk_process_group = create_custom
 
 
 # A failure to load never makes `import smddp` fail: the launcher, the config
@@ -172,4 +206,18 @@ def stats(group=None) -> dict:
     return _C.stats(backend)
 
 
-__all__ += ["init_process_group", "dump_trace", "stats"]
+def peer_states(group=None) -> list:
+    """What this rank knows of each rank of an smddp group, in group-rank order.
+
+    Each entry is ``"alive"`` (its process runs: a rank of this node; this
+    rank itself), ``"gone"`` (its process ended without leaving the group:
+    seen on this node, or through the liveness connection to another node),
+    ``"left"`` (it destroyed its group) or ``"unknown"`` (on another node,
+    not seen to die). Local: no communication. Survivors of a failure use it
+    to agree on whom to exclude before ``torch.distributed.shrink_group``.
+    """
+    _C, backend = _cpu_backend(group, "peer_states")
+    return _C.peer_states(backend)
+
+
+__all__ += ["init_process_group", "dump_trace", "stats", "peer_states"]

@@ -74,6 +74,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--master-addr", help="rendezvous address (default: MASTER_ADDR, or derived)")
     p.add_argument("--master-port", type=int,
                    help="rendezvous port (default: MASTER_PORT, or derived from the job id)")
+    p.add_argument("--keep-going", action="store_true",
+                   help="with --nproc-per-node on one machine: start the ranks without "
+                   "torchrun, so that a rank that dies does not stop the others (for recovery "
+                   "in the job, e.g. torch.distributed.shrink_group); rank 0 hosts the store "
+                   "and must survive")
     p.add_argument("--dry-run", action="store_true",
                    help="print the resolved environment and command instead of running it")
     p.add_argument("command", nargs=argparse.REMAINDER,
@@ -271,6 +276,18 @@ def build(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
                               f"{args.nnodes} --node-rank {args.node_rank})")
         addr = args.master_addr or env.get("MASTER_ADDR")
         port = args.master_port or env.get("MASTER_PORT")
+        if args.keep_going:
+            if args.nnodes != 1:
+                raise LaunchError("--keep-going starts the ranks of one machine; it does not "
+                                  "go with --nnodes > 1")
+            run = [sys.executable] + command if command[0].endswith(".py") else command
+            switch = backend_env(cfg.backend, env, args.library, warn=True)
+            local = {"WORLD_SIZE": str(args.nproc_per_node),
+                     "LOCAL_WORLD_SIZE": str(args.nproc_per_node),
+                     "MASTER_ADDR": addr or "127.0.0.1",
+                     "MASTER_PORT": str(port or _free_port())}
+            return Plan(switch["SMDDP_COMMUNICATION_BACKEND"], cfg, "keep-going",
+                        {**local, **switch}, run)
         if args.nnodes > 1 and not (addr and port):
             raise LaunchError("--nnodes > 1: every machine must name the same rendezvous; pass "
                               "--master-addr HOST (node 0's address) and --master-port PORT")
@@ -289,11 +306,56 @@ def build(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     if args.nnodes != 1 or args.node_rank != 0:
         raise LaunchError("--nnodes and --node-rank go with --nproc-per-node (under mpirun or "
                           "srun, the launcher places the ranks)")
+    if args.keep_going:
+        raise LaunchError("--keep-going goes with --nproc-per-node (smddprun starts the ranks)")
     mode, ranks = rank_env(env, args)
     warn = ranks.get("LOCAL_RANK", env.get("LOCAL_RANK", "0")) == "0"  # once per node
     switch = backend_env(cfg.backend, env, args.library, warn=warn)
     return Plan(switch["SMDDP_COMMUNICATION_BACKEND"], cfg, mode, {**ranks, **switch},
                 command)
+
+
+def _run_keep_going(plan: Plan, env: Dict[str, str]) -> int:
+    """Starts WORLD_SIZE ranks of plan.command and waits for every one.
+
+    A rank killed by a signal is reported and does not stop the others. The
+    exit status is the first non-zero status of a rank that exited, else 0
+    when at least one rank exited normally, else 1.
+    """
+    import signal
+    import subprocess
+
+    n = int(plan.env["WORLD_SIZE"])
+    procs = []
+    try:
+        for r in range(n):
+            procs.append(subprocess.Popen(plan.command, env={**env, "RANK": str(r),
+                                                             "LOCAL_RANK": str(r)}))
+    except OSError as e:
+        for p in procs:
+            p.kill()
+        print(f"smddprun: error: cannot run {plan.command[0]}: {e.strerror or e}",
+              file=sys.stderr)
+        return 127
+    status, finished = 0, 0
+    try:
+        for r, p in enumerate(procs):
+            rc = p.wait()
+            if rc < 0:
+                name = signal.Signals(-rc).name if -rc in signal.valid_signals() else -rc
+                print(f"smddprun: rank {r} was killed by {name}; the other ranks went on",
+                      file=sys.stderr, flush=True)
+                continue
+            finished += 1
+            if rc != 0 and status == 0:
+                status = rc
+    except KeyboardInterrupt:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            p.wait()
+        return 130
+    return status if finished else 1
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -315,6 +377,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     env.update(plan.env)
     sys.stdout.flush()
     sys.stderr.flush()
+    if plan.mode == "keep-going":
+        return _run_keep_going(plan, env)
     try:
         os.execvpe(plan.command[0], plan.command, env)
     except OSError as e:
