@@ -282,5 +282,15 @@ int smddp__comm_peer_state(smddp_comm_t comm, int peer)
         for (int lr = 0; lr < comm->local_size; lr++)
             if (comm->local_ranks[lr] == peer) return smddp__shm_peer_state(comm, lr);
     }
+    if (!atomic_load(&comm->seen_dead[peer])) {
+        /*
+         * Asking is what makes the liveness watch look at peer (it connects
+         * on demand): a peer whose process ended is seen within the watch's
+         * grace, so a caller that asks again and again (survivors agreeing
+         * whom to exclude) learns it.
+         */
+        if (smddp__watch_peer_gone(comm, peer, smddp__now_ns()))
+            atomic_store(&comm->seen_dead[peer], true);
+    }
     return atomic_load(&comm->seen_dead[peer]) ? SMDDP_PEER_GONE : SMDDP_PEER_UNKNOWN;
 }

@@ -316,3 +316,22 @@ int smddp__watch_dead(smddp_comm_t comm, int64_t now_ns, int waiting_for, char *
     pthread_mutex_unlock(&w->lock);
     return dead;
 }
+
+bool smddp__watch_peer_gone(smddp_comm_t comm, int peer, int64_t now_ns)
+{
+    smddp__watch_t *w = comm->watch;
+    if (!w || peer < 0 || peer >= comm->size || peer == comm->rank ||
+        comm->node_of[peer] == comm->node || pthread_mutex_trylock(&w->lock) != 0)
+        return false;
+    watched_t *p = &w->peers[peer];
+    if (p->state == W_NONE && now_ns >= p->retry_ns) watch(comm, peer, STORE_MS, 0);
+    if (p->fd >= 0 && p->reset_ns == 0) look(p, peer, now_ns);
+    bool gone = p->reset_ns && now_ns - p->reset_ns >= SMDDP__WATCH_GRACE_NS;
+    if (gone && p->refused && refusals_untrusted(comm, w)) {
+        watch_off(p, peer, "its port refused the connection, as the network refuses this "
+                  "communicator's liveness connections", 0);
+        gone = false;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return gone;
+}

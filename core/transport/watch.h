@@ -38,4 +38,12 @@ int smddp__watch_dead(smddp_comm_t comm, int64_t now_ns, int waiting_for, char *
 
 #define SMDDP__WATCH_GRACE_NS (2000 * 1000000LL)
 
+/*
+ * Whether peer, a rank on another node, is gone as far as this rank's watch
+ * of it can tell (its connection reset, or refused, SMDDP__WATCH_GRACE_NS
+ * ago); starts watching it if it is not watched yet, so that asking again
+ * later tells. False when the watch is busy or off.
+ */
+bool smddp__watch_peer_gone(smddp_comm_t comm, int peer, int64_t now_ns);
+
 #endif /* SMDDP_TRANSPORT_WATCH_H */

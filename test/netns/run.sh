@@ -6,7 +6,8 @@
 # (smddprun --nnodes), mpirun with smddprun as the per-rank wrapper (ns_rsh
 # stands in for ssh), the collectives over links that drop 0.1% of packets
 # and over a user-space wire adding 1 ms and 0.1% loss (wire.c), and the fault
-# cases (a rank SIGKILLed, a link down, a rank that skips a collective).
+# cases (a rank SIGKILLed, a link down, a rank that skips a collective, a
+# node that dies and the survivors that shrink and train on).
 # Removes everything it created, also when a check fails or it is killed.
 #
 #   test/netns/run.sh BUILD_DIR        (as root; BUILD_DIR has bench/smddp_bench)
@@ -161,6 +162,31 @@ skip_job() {
     if [ -z "$bad" ]; then
         passed=$((passed + 1))
         echo "PASS $name (every survivor's error says where rank 3 is)"
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name:$bad (logs: $LOG/$name.rank*)"
+    fi
+}
+
+# shrink_job: 2 x 2 ranks train (smddp.examples.train_elastic); before step 4
+# both ranks of node 1 SIGKILL themselves and rank 1 is 3 s late. Passes when
+# ranks 0 and 1 agree that exactly ranks 2 and 3 are gone (rank 1, only
+# slow, is kept), shrink to a group of 2 and finish with identical
+# parameters.
+shrink_job() {
+    local name="2x2-node-dies-shrink" bad="" log0
+    start_ranks 2 2 120 "$LOG/$name" "$PY" -m smddp.examples.train_elastic --steps 8 \
+        --kill-rank 2,3 --kill-step 4 --slow-rank 1 --slow-s 3 --timeout 30
+    wait_ranks
+    [ "${RANK_RCS[0]}" = 0 ] && [ "${RANK_RCS[1]}" = 0 ] || bad+=" ranks 0 and 1 exited ${RANK_RCS[0]} ${RANK_RCS[1]};"
+    [ "${RANK_RCS[2]}" != 0 ] && [ "${RANK_RCS[3]}" != 0 ] || bad+=" node 1's ranks did not die;"
+    log0="$LOG/$name.rank0"
+    grep -q "shrunk: ranks \[2, 3\] gone, world size 2" "$log0" || bad+=" no shrink to ranks 0,1: $(grep -m1 'shrunk\|error' "$log0" | head -c 300);"
+    grep -q "step 8 world size 2" "$log0" || bad+=" training did not finish on 2 ranks;"
+    grep -q "survivors' parameters identical" "$log0" || bad+=" the survivors' parameters differ;"
+    if [ -z "$bad" ]; then
+        passed=$((passed + 1))
+        echo "PASS $name ($(grep -o 'ranks \[2, 3\] gone.*' "$log0"))"
     else
         failed=$((failed + 1))
         echo "FAIL $name:$bad (logs: $LOG/$name.rank*)"
@@ -339,7 +365,7 @@ see the error above (is this a container without CAP_NET_ADMIN?)"
         firewall_job
         fault_job kill 25
         fault_job link 40
-        "$PY" -c "import torch, smddp" 2>/dev/null && skip_job
+        "$PY" -c "import torch, smddp" 2>/dev/null && skip_job && shrink_job
         wired_job
     fi
     ns_cleanup

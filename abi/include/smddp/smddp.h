@@ -298,8 +298,11 @@ typedef enum smddp_peer_state {
  * Whether rank `peer` of comm is still there, as this rank can tell: for a
  * rank of its node from the process itself; for a rank of another node,
  * SMDDP_PEER_GONE once this rank's liveness connection saw it die, else
- * SMDDP_PEER_UNKNOWN. Local; safe from any thread, also after a failure.
- * What survivors use to agree on whom to exclude before smddp_comm_shrink.
+ * SMDDP_PEER_UNKNOWN. Asking about a rank of another node makes this rank
+ * watch it from then on, so asking again every few hundred milliseconds
+ * learns of its death within seconds. Local; safe from any thread, also
+ * after a failure. What survivors use to agree on whom to exclude before
+ * smddp_comm_shrink.
  */
 SMDDP_API smddp_status_t smddp_comm_peer_state(smddp_comm_t comm, int peer,
                                                smddp_peer_state_t *state);

@@ -37,9 +37,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m smddp.examples.train_elastic", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--kill-rank", type=int, default=-1, metavar="R",
-                   help="this rank SIGKILLs itself before --kill-step (not 0: it hosts the store)")
+    p.add_argument("--kill-rank", default="", metavar="R[,R...]",
+                   help="these ranks SIGKILL themselves before --kill-step (not 0: it hosts the "
+                   "store)")
     p.add_argument("--kill-step", type=int, default=5)
+    p.add_argument("--slow-rank", type=int, default=-1, metavar="R",
+                   help="this rank sleeps --slow-s before --kill-step: slow, not dead, it must "
+                   "be kept")
+    p.add_argument("--slow-s", type=float, default=3.0)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--batch", type=int, default=64, help="samples per rank per step")
     p.add_argument("--features", type=int, default=32)
@@ -88,8 +93,10 @@ def train(args: argparse.Namespace, store) -> dict:
     ddp = DDP(model)
     generation, step = 0, 1
     while step <= args.steps:
-        if start_rank == args.kill_rank and step == args.kill_step:
+        if start_rank in args.kill_ranks and step == args.kill_step:
             os.kill(os.getpid(), signal.SIGKILL)
+        if start_rank == args.slow_rank and step == args.kill_step and generation == 0:
+            time.sleep(args.slow_s)
         x, y = make_batch(torch, gen, args.batch, args.features, teacher)
         try:
             opt.zero_grad(set_to_none=True)
@@ -129,7 +136,13 @@ def train(args: argparse.Namespace, store) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     _single_process_defaults()
-    if args.kill_rank == 0:
+    try:
+        args.kill_ranks = {int(r) for r in args.kill_rank.split(",") if r.strip()}
+    except ValueError:
+        print(f"train_elastic: error: --kill-rank {args.kill_rank!r}: give ranks like 2 or 2,3",
+              file=sys.stderr)
+        return 2
+    if 0 in args.kill_ranks:
         print("train_elastic: error: --kill-rank 0 would take the rendezvous store down; pick "
               "another rank", file=sys.stderr)
         return 2
