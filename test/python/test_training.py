@@ -488,3 +488,35 @@ def test_shrink_group_after_a_death(world, kill_rank):
         assert res["failed"] is None, f"rank {r}: {res['failed']}"
         assert res["world"] == world - 1 and res["rank"] == r - (r > kill_rank), (r, res)
         assert res["pg_is_default"], f"rank {r}: the shrunk group is not the default group"
+
+
+def _shrink_subgroup_after_death(rank, world):
+    """In a sub-group of ranks 0-2, rank 2 dies; 0 and 1 shrink the sub-group
+    and use it; rank 3, outside it, is not involved."""
+    sub = dist.new_group([0, 1, 2])
+    if rank == 3:
+        time.sleep(4)
+        return {"failed": None}
+    t = torch.ones(4)
+    dist.all_reduce(t, group=sub)
+    if rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        dist.all_reduce(t, group=sub)
+        return {"failed": "an allreduce with a dead rank succeeded"}
+    except RuntimeError:
+        pass
+    small = dist.shrink_group([2], group=sub, shrink_flags=1)
+    x = torch.full((4,), float(rank + 1))
+    dist.all_reduce(x, group=small)
+    ok = torch.equal(x, torch.full((4,), 3.0)) and small.size() == 2
+    return {"failed": None if ok else f"after the shrink: {x.tolist()} on {small.size()} ranks"}
+
+
+@pytest.mark.skipif(not hasattr(dist, "shrink_group"), reason="this torch has no shrink_group")
+def test_shrink_group_of_a_subgroup():
+    results, exitcodes = run_ranks(_shrink_subgroup_after_death, 4, expect=[0, 1, 3],
+                                   group_timeout_s=FAIL_TIMEOUT_S, timeout=FAIL_TIMEOUT_S + 40)
+    assert exitcodes[2] == -signal.SIGKILL, exitcodes
+    for r in (0, 1, 3):
+        assert results[r]["failed"] is None, f"rank {r}: {results[r]['failed']}"
