@@ -186,20 +186,6 @@ static size_t parse_bytes(const char *s)
     return (size_t)v;
 }
 
-static void bind_to_cpu(int r)
-{
-    cpu_set_t allowed, one;
-    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
-    int n = CPU_COUNT(&allowed), want = r % n, seen = 0;
-    for (int c = 0; c < CPU_SETSIZE; c++) {
-        if (!CPU_ISSET(c, &allowed) || seen++ != want) continue;
-        CPU_ZERO(&one);
-        CPU_SET(c, &one);
-        sched_setaffinity(0, sizeof(one), &one);
-        return;
-    }
-}
-
 int main(int argc, char **argv)
 {
     int procs = 2, iters = 20, bind = 0;
@@ -230,7 +216,7 @@ int main(int argc, char **argv)
         return 1;
     }
     rank = bench_spawn(procs);
-    if (bind) bind_to_cpu(rank);
+    if (bind) bench_bind_to_cpu(rank);
     check(smddp_comm_create_from_env(NULL, &comm), "smddp_comm_create_from_env");
     smddp_comm_size(comm, &nranks);
 

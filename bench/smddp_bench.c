@@ -577,28 +577,11 @@ static void run(const bench_args_t *a)
 }
 
 #ifndef BENCH_MPI
-/* Rank r runs on the r-th allowed CPU (round robin), as mpirun binds by default. */
-static void bind_to_cpu(int r)
-{
-    cpu_set_t allowed, one;
-    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
-    int n = CPU_COUNT(&allowed), want = r % n, seen = 0;
-    for (int c = 0; c < CPU_SETSIZE; c++) {
-        if (!CPU_ISSET(c, &allowed)) continue;
-        if (seen++ == want) {
-            CPU_ZERO(&one);
-            CPU_SET(c, &one);
-            sched_setaffinity(0, sizeof(one), &one);
-            return;
-        }
-    }
-}
-
 /* -p N: fork N ranks that rendezvous through the built-in store. */
 static void spawn(int n, int do_bind)
 {
     int r = bench_spawn(n);
-    if (do_bind) bind_to_cpu(r);
+    if (do_bind) bench_bind_to_cpu(r);
 }
 #endif
 

@@ -7,6 +7,7 @@
 #define SMDDP_BENCH_SPAWN_H
 
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,23 @@ static int bench_spawn(int n)
         }
     }
     exit(failed);
+}
+
+/* Rank r runs on the r-th allowed CPU (round robin), as mpirun binds by default. */
+static inline void bench_bind_to_cpu(int r)
+{
+    cpu_set_t allowed, one;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+    int n = CPU_COUNT(&allowed), want = r % n, seen = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &allowed)) continue;
+        if (seen++ == want) {
+            CPU_ZERO(&one);
+            CPU_SET(c, &one);
+            sched_setaffinity(0, sizeof(one), &one);
+            return;
+        }
+    }
 }
 
 #endif /* SMDDP_BENCH_SPAWN_H */

@@ -182,7 +182,7 @@ void smddp__progress_stats(smddp_comm_t comm, smddp_comm_stats_t *out, int64_t *
     out->clock_error_ns = 0;
 }
 
-void smddp__progress_json(smddp_comm_t comm, char *buf, size_t cap)
+static void progress_json(smddp_comm_t comm, char *buf, size_t cap)
 {
     if (!cap) return;
     buf[0] = '\0';
@@ -225,7 +225,7 @@ char *smddp__progress_json_new(smddp_comm_t comm)
 {
     size_t cap = 512 + (size_t)comm->size * 24 + (size_t)comm->local_size * 128;
     char *buf = malloc(cap);
-    if (buf) smddp__progress_json(comm, buf, cap);
+    if (buf) progress_json(comm, buf, cap);
     return buf;
 }
 

@@ -42,10 +42,9 @@ void smddp__progress_stats(smddp_comm_t comm, smddp_comm_stats_t *out, int64_t *
  * "late_ns" (per comm rank, null where not covered), "skew_ns" {"p50",
  * "p99", "max"}, "clock_error_ns"}, and "positions": [{"rank", "running",
  * "finished", "failed" (seq numbers, -1 for none), "state" ("alive", "gone",
- * "left")}] for this node's ranks. Empty when comm is too large for cap.
+ * "left")}] for this node's ranks; in a buffer of the size it needs (free()
+ * it), NULL on no memory.
  */
-void smddp__progress_json(smddp_comm_t comm, char *buf, size_t cap);
-/* The same in a buffer of the size it needs (free() it); NULL on no memory. */
 char *smddp__progress_json_new(smddp_comm_t comm);
 
 /*

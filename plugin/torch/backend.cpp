@@ -262,6 +262,17 @@ ProcessGroupSMDDP::ProcessGroupSMDDP(smddp_comm_t comm, int rank, int size,
                                      std::chrono::milliseconds timeout)
     : c10d::Backend(rank, size), comm_(comm), timeout_(timeout) {}
 
+c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::adopt_child(
+    smddp_comm_t child, const c10::intrusive_ptr<Options>& opts) {
+  auto timeout = opts && opts->timeout.count() > 0 ? opts->timeout : timeout_;
+  (void)smddp_comm_set_timeout(child, timeout.count() > 0 ? timeout.count() : -1);
+  int rank = 0;
+  int size = 0;
+  (void)smddp_comm_rank(child, &rank);
+  (void)smddp_comm_size(child, &size);
+  return c10::make_intrusive<ProcessGroupSMDDP>(child, rank, size, timeout);
+}
+
 c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::split(
     const c10::intrusive_ptr<c10d::Store>& /*store*/, const std::vector<int>& ranks,
     const c10::intrusive_ptr<Options>& opts) {
@@ -281,13 +292,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::split(
   if (child == nullptr) {
     return nullptr;
   }
-  auto timeout = opts && opts->timeout.count() > 0 ? opts->timeout : timeout_;
-  (void)smddp_comm_set_timeout(child, timeout.count() > 0 ? timeout.count() : -1);
-  int rank = 0;
-  int size = 0;
-  (void)smddp_comm_rank(child, &rank);
-  (void)smddp_comm_size(child, &size);
-  return c10::make_intrusive<ProcessGroupSMDDP>(child, rank, size, timeout);
+  return adopt_child(child, opts);
 }
 
 #ifdef SMDDP_C10D_BACKEND_HAS_SHRINK
@@ -305,14 +310,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::shrink(
   if (st != SMDDP_OK) {
     fail_issue("shrink", st);
   }
-  auto timeout = opts_override && opts_override->timeout.count() > 0 ? opts_override->timeout
-                                                                      : timeout_;
-  (void)smddp_comm_set_timeout(child, timeout.count() > 0 ? timeout.count() : -1);
-  int rank = 0;
-  int size = 0;
-  (void)smddp_comm_rank(child, &rank);
-  (void)smddp_comm_size(child, &size);
-  return c10::make_intrusive<ProcessGroupSMDDP>(child, rank, size, timeout);
+  return adopt_child(child, opts_override);
 }
 #endif
 

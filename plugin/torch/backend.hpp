@@ -255,6 +255,9 @@ class ProcessGroupSMDDP : public c10d::Backend {
   std::vector<smddp_peer_state_t> peer_states();
 
  private:
+  // The backend of a communicator split or shrunk from this one: opts' timeout, else this one's.
+  c10::intrusive_ptr<c10d::Backend> adopt_child(smddp_comm_t child,
+                                                const c10::intrusive_ptr<Options>& opts);
   c10::intrusive_ptr<c10d::Work> recv_from(std::vector<at::Tensor>& tensors, int srcRank, int tag);
   c10::intrusive_ptr<WorkSMDDP> new_work(c10d::OpType type, std::vector<at::Tensor> outputs);
   // The same, for a collective called with opts: with async_op=False (and

@@ -12,6 +12,19 @@
 
 namespace py = pybind11;
 
+namespace {
+
+// backend as smddp's, for smddp.<fn>; throws naming what it is otherwise.
+smddp_torch::ProcessGroupSMDDP* smddp_backend(const c10::intrusive_ptr<c10d::Backend>& backend,
+                                              const char* fn) {
+  auto* pg = dynamic_cast<smddp_torch::ProcessGroupSMDDP*>(backend.get());
+  TORCH_CHECK(pg != nullptr, "smddp.", fn, ": the group's CPU backend is ",
+              backend ? backend->getBackendName() : std::string("none"), ", not smddp");
+  return pg;
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "libsmddp's torch.distributed backend (C++ shim)";
   // The Python package compares this with torch.__version__ at import.
@@ -26,10 +39,7 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "dump_trace",
       [](const c10::intrusive_ptr<c10d::Backend>& backend, const std::string& path) {
-        auto* pg = dynamic_cast<smddp_torch::ProcessGroupSMDDP*>(backend.get());
-        TORCH_CHECK(pg != nullptr, "smddp.dump_trace: the group's CPU backend is ",
-                    backend ? backend->getBackendName() : std::string("none"),
-                    ", not smddp");
+        auto* pg = smddp_backend(backend, "dump_trace");
         return pg->dump_trace(path);
       },
       py::arg("backend"), py::arg("path"),
@@ -38,10 +48,7 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "stats",
       [](const c10::intrusive_ptr<c10d::Backend>& backend) {
-        auto* pg = dynamic_cast<smddp_torch::ProcessGroupSMDDP*>(backend.get());
-        TORCH_CHECK(pg != nullptr, "smddp.stats: the group's CPU backend is ",
-                    backend ? backend->getBackendName() : std::string("none"),
-                    ", not smddp");
+        auto* pg = smddp_backend(backend, "stats");
         std::vector<int64_t> late;
         smddp_comm_stats_t st;
         {
@@ -77,10 +84,7 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "peer_states",
       [](const c10::intrusive_ptr<c10d::Backend>& backend) {
-        auto* pg = dynamic_cast<smddp_torch::ProcessGroupSMDDP*>(backend.get());
-        TORCH_CHECK(pg != nullptr, "smddp.peer_states: the group's CPU backend is ",
-                    backend ? backend->getBackendName() : std::string("none"),
-                    ", not smddp");
+        auto* pg = smddp_backend(backend, "peer_states");
         std::vector<std::string> out;
         for (smddp_peer_state_t s : pg->peer_states()) {
           out.emplace_back(s == SMDDP_PEER_ALIVE  ? "alive"
