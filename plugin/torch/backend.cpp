@@ -66,10 +66,10 @@ static const char* profiling_title(c10d::OpType type) {
   }
 }
 
-WorkSMDDP::WorkSMDDP(int rank, c10d::OpType type, smddp_comm_t comm, uint64_t seq,
-                     std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type, profiling_title(type)), comm_(comm), seq_(seq),
-      outputs_(std::move(outputs)) {
+WorkSMDDP::WorkSMDDP(int rank, c10d::OpType type, c10::weak_intrusive_ptr<c10d::Backend> backend,
+                     smddp_comm_t comm, uint64_t seq, std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type, profiling_title(type)), comm_(comm), backend_(std::move(backend)),
+      seq_(seq), outputs_(std::move(outputs)) {
   std::vector<c10::Device> devices;
   if (auto dev = cuda_device(outputs_)) {
     devices.push_back(*dev);
@@ -225,6 +225,15 @@ float WorkSMDDP::getDuration() const {
   return std::chrono::duration<float, std::milli>(completed_at_ - issued_at_).count();
 }
 
+void WorkSMDDP::abort() {
+  if (isCompleted()) {
+    return;
+  }
+  if (auto backend = backend_.lock()) {
+    backend->abort();
+  }
+}
+
 uint64_t WorkSMDDP::getSequencenumber() const {
   return seq_;
 }
@@ -359,7 +368,11 @@ void ProcessGroupSMDDP::shutdown() {
 c10::intrusive_ptr<WorkSMDDP> ProcessGroupSMDDP::new_work(c10d::OpType type,
                                                           std::vector<at::Tensor> outputs) {
   TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
-  auto work = c10::make_intrusive<WorkSMDDP>(rank_, type, comm_, ++seq_, std::move(outputs));
+  auto work = c10::make_intrusive<WorkSMDDP>(
+      rank_, type,
+      c10::weak_intrusive_ptr<c10d::Backend>(
+          c10::intrusive_ptr<c10d::Backend>::unsafe_reclaim_from_nonowning(this)),
+      comm_, ++seq_, std::move(outputs));
 #ifdef SMDDP_C10D_BACKEND_HAS_COMPLETION_HOOK
   if (hasHooks()) {
     std::lock_guard<std::mutex> lock(hooks_mutex_);

@@ -65,8 +65,8 @@ class CompletionHooks {
 // unwaited.
 class WorkSMDDP : public c10d::Work {
  public:
-  WorkSMDDP(int rank, c10d::OpType type, smddp_comm_t comm, uint64_t seq,
-            std::vector<at::Tensor> outputs);
+  WorkSMDDP(int rank, c10d::OpType type, c10::weak_intrusive_ptr<c10d::Backend> backend,
+            smddp_comm_t comm, uint64_t seq, std::vector<at::Tensor> outputs);
   ~WorkSMDDP() override;
 
   // timeout == 0 waits for the op's own timeout if it has one, else for the
@@ -83,6 +83,12 @@ class WorkSMDDP : public c10d::Work {
   float getDuration() const override;
   // The sender of a completed recv (for recvAnysource, the rank it matched).
   int sourceRank() const override;
+  // A work that has not completed: aborts its group's communicator, as
+  // ProcessGroupNCCL's works do (a collective cannot be withdrawn from one
+  // rank alone; the peers fail too, naming the abort), so this work and every
+  // other pending one complete at once with the abort's error. A completed
+  // work, or one whose group is gone, is left as it is.
+  void abort() override;
 
  private:
   friend class ProcessGroupSMDDP;
@@ -95,6 +101,8 @@ class WorkSMDDP : public c10d::Work {
   void complete();
 
   smddp_comm_t comm_;
+  // The group, for abort(): a work may outlive it.
+  c10::weak_intrusive_ptr<c10d::Backend> backend_;
   uint64_t seq_;
   std::vector<smddp_request_t> requests_;
   std::vector<at::Tensor> outputs_;    // the Future's value

@@ -82,6 +82,10 @@ PYBIND11_MODULE(_C, m) {
       py::arg("backend"),
       "The straggler telemetry of an smddp backend's communicator, as a dict.");
   m.def(
+      "abort_work", [](const c10::intrusive_ptr<c10d::Work>& work) { work->abort(); },
+      py::arg("work"), "Calls Work::abort() of a torch.distributed Work.",
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
       "peer_states",
       [](const c10::intrusive_ptr<c10d::Backend>& backend) {
         auto* pg = smddp_backend(backend, "peer_states");

@@ -706,6 +706,56 @@ def test_abort_process_group_stops_a_waiting_rank():
     run_ranks(_check_group_abort, 2)
 
 
+def _check_work_abort(rank, world, gloo):
+    """Work::abort() on a work whose peer never comes completes it at once with
+    an error that says so; the peer's next collective fails naming the abort;
+    aborting a completed work changes nothing."""
+    import threading
+    import time
+
+    import smddp
+
+    failures = []
+    sub = dist.new_group(backend="smddp", timeout=timedelta(seconds=20))
+    done = dist.all_reduce(torch.ones(4), group=sub, async_op=True)
+    done.wait()
+    smddp.abort_work(done)  # completed: the group goes on
+    t = torch.ones(4)
+    dist.all_reduce(t, group=sub)
+    if t.tolist() != [2.0] * 4:
+        failures.append(f"after aborting a completed work, allreduce gave {t.tolist()}")
+    if rank == 1:
+        time.sleep(2)  # rank 0 aborts its allreduce meanwhile
+        try:
+            dist.all_reduce(torch.ones(4), group=sub)
+            failures.append("rank 1's allreduce succeeded after rank 0 aborted the group")
+        except RuntimeError as err:
+            if "abort" not in str(err):
+                failures.append(f"rank 1's error does not name the abort: {err}")
+        return failures
+    work = dist.all_reduce(torch.ones(4), group=sub, async_op=True)
+    threading.Timer(0.5, smddp.abort_work, args=(work,)).start()
+    start = time.monotonic()
+    try:
+        work.wait()
+        failures.append("the aborted allreduce completed")
+    except RuntimeError as err:
+        took = time.monotonic() - start
+        if took > 3:
+            failures.append(f"the aborted work raised after {took:.1f} s, not at once")
+        if "abort" not in str(err):
+            failures.append(f"the error does not say the work was aborted: {err}")
+    if not work.is_completed() or work.is_success():
+        failures.append(f"aborted work: is_completed {work.is_completed()}, "
+                        f"is_success {work.is_success()}")
+    smddp.abort_work(work)  # twice: nothing more happens
+    return failures
+
+
+def test_work_abort():
+    run_ranks(_check_work_abort, 2)
+
+
 def _check_profiler_events(rank, world, gloo):
     from torch.profiler import ProfilerActivity, profile
 

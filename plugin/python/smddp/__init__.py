@@ -220,4 +220,26 @@ def peer_states(group=None) -> list:
     return _C.peer_states(backend)
 
 
-__all__ += ["init_process_group", "dump_trace", "stats", "peer_states"]
+def abort_work(work) -> None:
+    """Aborts a Work that has not completed (torch's C++ ``Work::abort()``).
+
+    For a work of an smddp group this aborts the group's communicator, as
+    NCCL's works do: a collective cannot be withdrawn from one rank alone.
+    The work, and every other pending work of the group, then completes at
+    once; its ``wait()`` raises an error that says the group was aborted,
+    and the peers' collectives fail naming the abort. A completed work is
+    left as it is. Where torch's Work has ``abort()`` in Python, that is
+    called; otherwise smddp's module calls the C++ one (for any backend's
+    work; a backend that does not implement it raises).
+    """
+    if hasattr(work, "abort"):
+        work.abort()
+        return
+    if _load_error is not None:
+        raise RuntimeError(f"the smddp backend is not available: {_load_error}")
+    from smddp import _C
+
+    _C.abort_work(work)
+
+
+__all__ += ["init_process_group", "dump_trace", "stats", "peer_states", "abort_work"]
