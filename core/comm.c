@@ -243,10 +243,19 @@ smddp_status_t smddp__comm_shrink(smddp_comm_t comm, const bool *excluded, int f
     for (int r = 0; r < comm->size; r++) {
         if (excluded[r] || r == comm->rank) continue;
         snprintf(key, sizeof(key), "%s/shrink%llu/r%d", comm->prefix, (unsigned long long)id, r);
-        int64_t left_ms = SMDDP_MAX((deadline - smddp__now_ns()) / 1000000, 1);
         void *v = NULL;
         size_t len = 0;
-        smddp_status_t st = smddp__store_get(comm->store, key, left_ms, &v, &len);
+        smddp_status_t st;
+        /* In slices, so that a survivor that dies meanwhile fails the shrink at once. */
+        for (;;) {
+            int64_t left_ms = SMDDP_MAX((deadline - smddp__now_ns()) / 1000000, 1);
+            st = smddp__store_get(comm->store, key, SMDDP_MIN(left_ms, 100), &v, &len);
+            if (st != SMDDP_ERR_TIMEOUT || left_ms <= 100) break;
+            if (smddp__comm_peer_state(comm, r) == SMDDP_PEER_GONE)
+                return smddp__error(SMDDP_ERR_PEER_LOST,
+                                    "smddp_comm_shrink: rank %d died before it joined the "
+                                    "shrink; exclude it as well", r);
+        }
         if (st == SMDDP_ERR_TIMEOUT)
             return smddp__error(SMDDP_ERR_TIMEOUT,
                                 "smddp_comm_shrink: rank %d did not join the shrink within %.3f s "

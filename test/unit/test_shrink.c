@@ -1,7 +1,8 @@
 /*
  * smddp_comm_shrink: the survivors' communicator after a healthy shrink and
  * after a SIGKILL, on one node and on 2 x 2 fake nodes; shrinking twice;
- * survivors that disagree; a survivor that never comes; bad arguments; no
+ * survivors that disagree; a survivor that never comes; a second death
+ * during a shrink; bad arguments; no
  * file descriptor or /dev/shm entry left after 20 shrinks.
  */
 #include <dirent.h>
@@ -183,6 +184,54 @@ static void test_survivor_missing(void **state)
     run(4, missing_rank, NULL);
 }
 
+/*
+ * Rank 3 dies; while ranks 0 and 1 shrink it away, rank 2 dies too: their
+ * shrink fails as soon as rank 2 is seen gone, naming it (never hangs), and
+ * a second shrink without both goes on.
+ */
+static void second_death_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size, (void)arg;
+    check_sum(comm, "before");
+    if (rank == 3) raise(SIGKILL);
+    float x[3] = {1, 2, 3};
+    smddp_status_t st = smddp_allreduce(comm, x, x, 3, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL);
+    H_CHECK(st == SMDDP_ERR_PEER_LOST || st == SMDDP_ERR_ABORTED, "with a dead peer: %s",
+            smddp_status_string(st));
+    if (rank == 2) {
+        struct timespec ts = {0, 200 * 1000000L}; /* the others are in their shrink by now */
+        nanosleep(&ts, NULL);
+        raise(SIGKILL);
+    }
+    H_OK(smddp_comm_set_timeout(comm, 2000));
+    int first[] = {3}, both[] = {2, 3};
+    smddp_comm_t child = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    st = smddp_comm_shrink(comm, first, 1, SMDDP_SHRINK_ABORT, &child);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    H_CHECK(st != SMDDP_OK && child == NULL && strstr(smddp_get_last_error(comm), "rank 2"),
+            "rank %d: shrink while rank 2 died: %s: %s", rank, smddp_status_string(st),
+            smddp_get_last_error(comm));
+    /* Rank 2's death is seen on this node: the shrink fails before its 2 s deadline. */
+    H_CHECK(st == SMDDP_ERR_PEER_LOST && s < 1.9, "rank %d: the failed shrink: %s after %.2f s",
+            rank, smddp_status_string(st), s);
+    H_OK(smddp_comm_shrink(comm, both, 2, SMDDP_SHRINK_ABORT, &child));
+    check_sum(child, "after the second shrink");
+    H_OK(smddp_comm_destroy(child));
+}
+
+static void test_second_death_during_shrink(void **state)
+{
+    (void)state;
+    harness_opts_t opts = {.timeout_s = 120, .env = "SMDDP_TIMEOUT=30"};
+    opts.expect_signal[2] = opts.expect_signal[3] = SIGKILL;
+    int shm_before = harness_shm_count();
+    assert_int_equal(harness_run(4, second_death_rank, NULL, &opts), 0);
+    assert_int_equal(harness_shm_count(), shm_before);
+}
+
 static void bad_args_rank(smddp_comm_t comm, int rank, int size, void *arg)
 {
     (void)size, (void)arg;
@@ -251,6 +300,7 @@ int main(void)
         cmocka_unit_test(test_whole_node_dies),
         cmocka_unit_test(test_disagreeing_excludes),
         cmocka_unit_test(test_survivor_missing),
+        cmocka_unit_test(test_second_death_during_shrink),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_no_fd_leak),
     };

@@ -319,8 +319,9 @@ SMDDP_API smddp_status_t smddp_comm_peer_state(smddp_comm_t comm, int peer,
  * failed; needs no new rendezvous (it uses comm's store under a fresh
  * prefix); waits at most comm's timeout. Fails with SMDDP_ERR_MISMATCH,
  * naming both lists, when survivors pass different ranks, and with
- * SMDDP_ERR_TIMEOUT, naming the rank, when a survivor does not call it in
- * time (a second death). SMDDP_SHRINK_ABORT first aborts comm, so that its
+ * SMDDP_ERR_PEER_LOST, naming the rank, when a survivor dies before it
+ * joined (a second death: excluding it too in a second shrink goes on), and
+ * with SMDDP_ERR_TIMEOUT when one does not call it in time. SMDDP_SHRINK_ABORT first aborts comm, so that its
  * pending operations fail at once. comm stays valid (aborted or not): free
  * it with smddp_comm_destroy(). The store must outlive the dead ranks (with
  * the built-in store, it lives in rank 0's process).
