@@ -89,6 +89,7 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
         SMDDP_CHECK_GOTO(smddp__watch_open(comm), st, fail_shm);
     }
     SMDDP_CHECK_GOTO(smddp__sched_start(comm), st, fail_shm);
+    smddp__progress_start_nodes(comm);
 
     atomic_fetch_add(&store->refs, 1);
     SMDDP_INFO("communicator %s: rank %d of %d, local rank %d of %d, %d node(s), transports: "
@@ -114,6 +115,7 @@ fail:
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
 {
     smddp__sched_stop(comm);
+    smddp__progress_stop_nodes(comm);
     smddp__p2p_stop(comm);
     /* The threads that look at the watch are gone; the rank watching this one gets a goodbye. */
     smddp__watch_close(comm);

@@ -100,6 +100,10 @@ static const param_row_t rows[] = {
      "log a WARN, at most once a minute per communicator, naming the rank that arrived last at "
      "a collective when it kept the others waiting longer than this many ms (0: never)",
      OFF(straggler_warn_ms), 0, NULL},
+    {"SMDDP_STRAGGLER_NODES", P_INT, "1",
+     "1: compare arrivals across nodes too (each node's clock offset to rank 0's node is "
+     "measured at creation; a thread on each node's first rank sends its node's arrivals "
+     "through the store every 100 ms); 0: within a node only", OFF(straggler_nodes), 0, NULL},
     {"SMDDP_CUDA_BUFFER_SIZE", P_SIZE, "67108864",
      "device staging buffer per local rank for CUDA collectives, shared with peers through CUDA "
      "IPC (bytes; two halves, used in turn)", OFF(cuda_buffer), 0, NULL},

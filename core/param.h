@@ -44,6 +44,7 @@ typedef struct smddp__params {
     int trace_buffer;           /* SMDDP_TRACE_BUFFER: ops the flight recorder keeps, 0: off */
     char trace_dir[256];        /* SMDDP_TRACE_DIR: where failing communicators dump it */
     int straggler_warn_ms;      /* SMDDP_STRAGGLER_WARN_MS: WARN when a rank arrives this late */
+    int straggler_nodes;        /* SMDDP_STRAGGLER_NODES: compare arrivals across nodes too */
     smddp__comm_backend_t comm_backend; /* SMDDP_COMMUNICATION_BACKEND */
     int64_t cuda_buffer;        /* SMDDP_CUDA_BUFFER_SIZE bytes per rank */
     int64_t cuda_oneshot_max;   /* SMDDP_CUDA_ONESHOT_MAX bytes */

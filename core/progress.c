@@ -19,6 +19,7 @@
 
 #include "param.h"
 #include "progress.h"
+#include "progress_nodes.h"
 #include "transport/shm.h"
 
 #define PENDING 64
@@ -31,6 +32,8 @@ struct smddp__progress {
     uint64_t pending[PENDING]; /* seqs of this rank's ops not compared yet (a ring) */
     unsigned head, count;
     int64_t *arrived;          /* scratch: one arrival per local rank */
+    int64_t *absolute;         /* scratch: the same on this node's clock, for nodes */
+    smddp__nodes_t *nodes;     /* across nodes; NULL within one */
     int64_t last_warn_ns;
     atomic_bool where_said;    /* this rank's first failed op has said where the ranks are */
     uint64_t last_seq;         /* the last op run, named by a warning */
@@ -49,7 +52,8 @@ smddp__progress_t *smddp__progress_new(smddp_comm_t comm)
     p->local_size = comm->local_size;
     p->arrived = calloc((size_t)comm->local_size, sizeof(*p->arrived));
     p->late_ns = calloc((size_t)comm->local_size, sizeof(*p->late_ns));
-    if (!p->arrived || !p->late_ns) {
+    p->absolute = calloc((size_t)comm->local_size, sizeof(*p->absolute));
+    if (!p->arrived || !p->late_ns || !p->absolute) {
         smddp__progress_free(p);
         return NULL;
     }
@@ -59,7 +63,9 @@ smddp__progress_t *smddp__progress_new(smddp_comm_t comm)
 void smddp__progress_free(smddp__progress_t *p)
 {
     if (!p) return;
+    smddp__nodes_stop(p->nodes);
     free(p->arrived);
+    free(p->absolute);
     free((void *)p->late_ns);
     free(p);
 }
@@ -82,6 +88,18 @@ static void warn_straggler(smddp_comm_t comm, smddp__progress_t *p, uint64_t seq
                (unsigned long long)atomic_load_explicit(&p->ops, memory_order_relaxed));
 }
 
+void smddp__progress_start_nodes(smddp_comm_t comm)
+{
+    if (comm->progress) comm->progress->nodes = smddp__nodes_start(comm);
+}
+
+void smddp__progress_stop_nodes(smddp_comm_t comm)
+{
+    if (!comm->progress) return;
+    smddp__nodes_stop(comm->progress->nodes);
+    comm->progress->nodes = NULL;
+}
+
 /* Compares the arrivals at seq: 1 done, 0 someone has not arrived, -1 no longer known. */
 static int compare(smddp_comm_t comm, smddp__progress_t *p, uint64_t seq)
 {
@@ -90,8 +108,16 @@ static int compare(smddp_comm_t comm, smddp__progress_t *p, uint64_t seq)
         if (known <= 0) return known;
     }
     /* Relative to local rank 0's arrival: the times are modulo 2^48. */
+    int64_t first_raw = p->arrived[0];
     for (int lr = p->local_size - 1; lr >= 0; lr--)
         p->arrived[lr] = smddp__arrival_diff(p->arrived[lr], p->arrived[0]);
+    if (p->nodes && comm->local_rank == 0) {
+        /* Whole times again: local rank 0 arrived less than 2^47 ns ago. */
+        int64_t now = smddp__now_ns();
+        int64_t first = now - smddp__arrival_diff(now & ((1LL << 48) - 1), first_raw);
+        for (int lr = 0; lr < p->local_size; lr++) p->absolute[lr] = first + p->arrived[lr];
+        smddp__nodes_push(p->nodes, seq, p->absolute);
+    }
     int first = 0, last = 0;
     for (int lr = 1; lr < p->local_size; lr++) {
         if (p->arrived[lr] < p->arrived[first]) first = lr;
@@ -127,7 +153,7 @@ static void compare_pending(smddp_comm_t comm, smddp__progress_t *p)
 void smddp__progress_after_op(smddp_comm_t comm, const smddp__op_t *op, smddp_status_t st)
 {
     smddp__progress_t *p = comm->progress;
-    if (!p || p->local_size < 2) return;
+    if (!p || (p->local_size < 2 && !p->nodes)) return;
     if (p->count == PENDING) { /* the oldest waits for a rank this far behind: give it up */
         p->head = (p->head + 1) % PENDING;
         p->count--;
@@ -152,6 +178,7 @@ void smddp__progress_stats(smddp_comm_t comm, smddp_comm_stats_t *out, int64_t *
         compare_pending(comm, p);
         pthread_mutex_unlock(&comm->exec_lock);
     }
+    if (p && smddp__nodes_stats(p->nodes, out, late_ns, n)) return;
     for (int r = 0; r < n; r++) late_ns[r] = -1;
     out->slowest_rank = -1;
     out->ranks_covered = p ? p->local_size : 0;

@@ -11,7 +11,9 @@
  *     it kept the others waiting longer than that;
  *   - the positions a failure message names ("ranks 0,2 are in seq 41; rank 1
  *     finished seq 40 and has not started seq 41").
- * Only the ranks of this rank's node are covered.
+ * Across nodes, progress_nodes.c compares the nodes' arrivals on clocks
+ * whose offsets it measured (SMDDP_STRAGGLER_NODES); until its first
+ * summary, the stats cover this rank's node.
  */
 #ifndef SMDDP_CORE_PROGRESS_H
 #define SMDDP_CORE_PROGRESS_H
@@ -23,6 +25,13 @@ typedef struct smddp__progress smddp__progress_t;
 /* For a communicator whose shared memory is set up; NULL on no memory (then all below do nothing). */
 smddp__progress_t *smddp__progress_new(smddp_comm_t comm);
 void smddp__progress_free(smddp__progress_t *p);
+/*
+ * The telemetry across nodes (progress_nodes.h), for a communicator
+ * spanning nodes: started once it can run ops, stopped before its store
+ * and shared memory go.
+ */
+void smddp__progress_start_nodes(smddp_comm_t comm);
+void smddp__progress_stop_nodes(smddp_comm_t comm);
 
 /*
  * After op ran on this rank with status st (exec_lock held): every 16 ops

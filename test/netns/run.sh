@@ -168,6 +168,27 @@ skip_job() {
     fi
 }
 
+# straggler_job: 2 x 2 ranks through torch; rank 3 sleeps 30 ms before each
+# of 20 allreduces (straggler_job.py). Passes when every rank's smddp.stats(),
+# which compares arrivals across nodes on clocks whose offsets it measured,
+# names rank 3 with 0.6 s of lateness within 20 %.
+straggler_job() {
+    local name="2x2-straggler-named" bad="" r
+    start_ranks 2 2 60 "$LOG/$name" "$PY" "$HERE/straggler_job.py"
+    wait_ranks || bad+=" a rank's stats did not name rank 3:"
+    for r in 0 1 2 3; do
+        grep -q "stats: slowest rank 3," "$LOG/$name.rank$r" ||
+            bad+=" rank $r: $(grep -m1 'stats:\|rror' "$LOG/$name.rank$r" | head -c 300);"
+    done
+    if [ -z "$bad" ]; then
+        passed=$((passed + 1))
+        echo "PASS $name ($(grep -o 'slowest rank.*' "$LOG/$name.rank0"))"
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name:$bad (logs: $LOG/$name.rank*)"
+    fi
+}
+
 # shrink_job: 2 x 2 ranks train (smddp.examples.train_elastic); before step 4
 # both ranks of node 1 SIGKILL themselves and rank 1 is 3 s late. Passes when
 # ranks 0 and 1 agree that exactly ranks 2 and 3 are gone (rank 1, only
@@ -365,7 +386,7 @@ see the error above (is this a container without CAP_NET_ADMIN?)"
         firewall_job
         fault_job kill 25
         fault_job link 40
-        "$PY" -c "import torch, smddp" 2>/dev/null && skip_job && shrink_job
+        "$PY" -c "import torch, smddp" 2>/dev/null && skip_job && straggler_job && shrink_job
         wired_job
     fi
     ns_cleanup

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "param.h"
+#include "progress_nodes.h"
 #include "transport/ofi.h"
 #include "store/store.h"
 
@@ -143,6 +144,7 @@ int harness_run(int nranks, harness_fn_t fn, void *arg, harness_opts_t *opts)
                 snprintf(host, sizeof(host), "fake-node-%d", r / opts->ranks_per_node);
                 setenv("SMDDP_HOSTNAME", host, 1);
                 setenv("FI_TCP_IFACE", "lo", 0);
+                smddp__nodes_clock_shift_ns = (r / opts->ranks_per_node) * opts->clock_shift_ns;
                 smddp__params_reload();
             }
             apply_env(opts->env);

@@ -24,6 +24,8 @@ typedef struct harness_opts {
     int ranks_per_node;     /* > 0: fake nodes on this machine; rank r says it runs on host
                                "fake-node-<r / ranks_per_node>" (SMDDP_HOSTNAME), and the
                                nodes talk through libfabric over loopback */
+    long long clock_shift_ns; /* with ranks_per_node: fake node k tells other nodes times
+                                 k x this ahead of its clock (smddp__nodes_clock_shift_ns) */
 } harness_opts_t;
 
 /*

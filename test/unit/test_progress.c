@@ -67,6 +67,67 @@ static void test_straggler_named(void **state)
     run(3, straggler_rank, NULL);
 }
 
+/*
+ * Across fake nodes whose clocks the ranks tell each other skewed by
+ * seconds: the slow rank (arg) is named by every rank, with its lateness
+ * within 20 % of the truth, once the nodes' arrivals have been exchanged
+ * (every 100 ms), and the clock error bound is measured, not 0.
+ */
+static void straggler_nodes_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    int slow = *(const int *)arg;
+    float x[4] = {1, 2, 3, 4};
+    for (int i = 0; i < LATE_OPS; i++) {
+        if (rank == slow) sleep_ms(SLEEP_MS);
+        H_OK(smddp_allreduce(comm, x, x, 4, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL));
+    }
+    smddp_comm_stats_t st = {.struct_size = sizeof(st)};
+    int64_t late[8];
+    for (int tries = 0; tries < 100; tries++) { /* 10 s at most */
+        H_OK(smddp_comm_get_stats(comm, &st, late, size));
+        if (st.ranks_covered == size && st.ops == LATE_OPS) break;
+        sleep_ms(100);
+    }
+    H_CHECK(st.ranks_covered == size && st.ops == LATE_OPS,
+            "rank %d: %llu ops of %d ranks compared, expected %d of %d", rank,
+            (unsigned long long)st.ops, st.ranks_covered, LATE_OPS, size);
+    double truth = LATE_OPS * SLEEP_MS / 1000.0, got = (double)late[slow] / 1e9;
+    H_CHECK(st.slowest_rank == slow, "rank %d names rank %d the slowest", rank, st.slowest_rank);
+    H_CHECK(got > truth * 0.8 && got < truth * 1.2,
+            "rank %d: rank %d's lateness %.3f s, truth %.3f s", rank, slow, got, truth);
+    for (int r = 0; r < size; r++)
+        if (r != slow)
+            H_CHECK(late[r] >= 0 && late[r] < late[slow] / 10, "rank %d late by %lld ns", r,
+                    (long long)late[r]);
+    H_CHECK(st.skew_p50_ns > SLEEP_MS * 800000LL && st.skew_p50_ns < SLEEP_MS * 3000000LL,
+            "skew p50 %lld ns", (long long)st.skew_p50_ns);
+    H_CHECK(st.clock_error_ns > 0 && st.clock_error_ns < 20000000LL, "clock error %lld ns",
+            (long long)st.clock_error_ns);
+    int nodes = 0;
+    H_OK(smddp_comm_node_count(comm, &nodes));
+    if (rank == 0)
+        fprintf(stderr, "test_progress: %d ranks on %d nodes: rank %d late by %.3f s (truth "
+                "%.3f s), skew p50 %.1f ms, clock error bound %.0f us\n", size, nodes, slow,
+                got, truth, (double)st.skew_p50_ns / 1e6, (double)st.clock_error_ns / 1e3);
+    /* Every rank has read the summary before any leaves (a leaving node stops publishing). */
+    H_OK(smddp_barrier(comm, NULL, NULL));
+}
+
+static void test_straggler_across_nodes(void **state)
+{
+    (void)state;
+    /* 2 nodes x 2 ranks, node 1's clock told 3 s ahead; a rank of node 1 is slow. */
+    int slow = 3;
+    harness_opts_t opts = {.timeout_s = 120, .ranks_per_node = 2,
+                           .clock_shift_ns = 3000000000LL};
+    assert_int_equal(harness_run(4, straggler_nodes_rank, &slow, &opts), 0);
+    /* 3 nodes x 1 rank, each clock told 2 s behind the last; the middle one is slow. */
+    slow = 1;
+    harness_opts_t one = {.timeout_s = 120, .ranks_per_node = 1,
+                          .clock_shift_ns = -2000000000LL};
+    assert_int_equal(harness_run(3, straggler_nodes_rank, &slow, &one), 0);
+}
+
 /* SMDDP_STRAGGLER_WARN_MS=10: local rank 0 warns once (once a minute at most), naming rank 1. */
 static void test_straggler_warn(void **state)
 {
@@ -261,6 +322,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_straggler_named),
         cmocka_unit_test(test_straggler_warn),
+        cmocka_unit_test(test_straggler_across_nodes),
         cmocka_unit_test(test_where_skipped),
         cmocka_unit_test(test_where_dead),
         cmocka_unit_test(test_where_skipped_across_nodes),

@@ -395,9 +395,13 @@ SMDDP_API smddp_status_t smddp_comm_status(smddp_comm_t comm);
  * arrived at each collective (when the op started running on it: issued,
  * and every op before it on the communicator done). A rank's lateness at a
  * collective is its arrival minus the earliest arrival of any rank; the
- * skew, the last arrival minus the first. Arrivals are compared among the
- * ranks of this rank's node, which share one monotonic clock; ranks on
- * other nodes are not covered yet.
+ * skew, the last arrival minus the first. The ranks of a node share one
+ * monotonic clock. Across nodes (SMDDP_STRAGGLER_NODES=1, the default),
+ * each node's clock offset to the clock of rank 0's node is measured when
+ * the communicator is created (within half the shortest round trip through
+ * the store: clock_error_ns), every node's first rank sends its node's
+ * arrivals to rank 0's node every 100 ms, and every rank reads the summary
+ * made there; until the first one, the stats cover this rank's node.
  *
  * Versioned: set struct_size to sizeof(smddp_comm_stats_t) before the call;
  * the library fills the fields that fit and sets version. Fields are only
@@ -409,7 +413,7 @@ typedef struct smddp_comm_stats {
     uint32_t version;       /**< out: SMDDP_COMM_STATS_VERSION of the library */
     uint64_t ops;           /**< collectives whose arrivals were compared */
     int32_t slowest_rank;   /**< the covered rank with the most lateness; -1 before any op */
-    int32_t ranks_covered;  /**< ranks whose arrivals this rank compares (its node's) */
+    int32_t ranks_covered;  /**< ranks whose arrivals are compared (its node's, or all) */
     int64_t skew_p50_ns;    /**< skew percentiles over the last 1024 compared ops */
     int64_t skew_p99_ns;
     int64_t skew_max_ns;    /**< over all compared ops */
@@ -420,7 +424,8 @@ typedef struct smddp_comm_stats {
 /**
  * The straggler telemetry so far, in *stats, and in late_ns (may be NULL;
  * else n entries, n >= 0) each comm rank's summed lateness in ns, -1 for
- * ranks that are not covered. Local; safe from any thread, also after the
+ * ranks that are not covered. Within a node local, across nodes one store
+ * read at most every 50 ms; safe from any thread, also after the
  * communicator failed. SMDDP_ERR_INVALID_ARGUMENT for a NULL comm or stats,
  * a struct_size below 8, or late_ns NULL with n > 0.
  */

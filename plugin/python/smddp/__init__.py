@@ -190,17 +190,24 @@ def stats(group=None) -> dict:
 
     - ``ops``: collectives compared;
     - ``late_s``: per group rank, its summed lateness in seconds (None for a
-      rank whose arrivals this rank does not see: ranks on other nodes);
+      rank whose arrivals this rank does not see yet: on a group spanning
+      nodes, ranks on other nodes until the first comparison across nodes
+      arrives, within about 0.2 s of the collectives);
     - ``slowest_rank``: the rank with the most lateness (None before any);
     - ``skew_us``: ``{"p50", "p99"}`` over the last 1024 collectives,
       ``"max"`` and ``"mean"`` over all, in microseconds;
     - ``clock_error_us``: bound on the error between the clocks compared
-      (0: ranks of one node share one clock);
+      (0: ranks of one node share one clock; across nodes, each node's
+      offset to the clock of rank 0's node is measured when the group is
+      created, within half the shortest round trip through the store);
     - ``ranks_covered``: how many ranks' arrivals are compared.
 
     group: a process group whose CPU backend is smddp (default: the default
-    group). Local: no communication; every rank of a node sees the same
-    numbers.
+    group). Within a node: no communication, every rank of the node sees
+    the same numbers. Across nodes: one read of the store (at most every
+    50 ms); every rank sees the same summary, made on rank 0's node from
+    the arrivals every node's first rank sends it every 100 ms
+    (``SMDDP_STRAGGLER_NODES=0`` turns this off).
     """
     _C, backend = _cpu_backend(group, "stats")
     return _C.stats(backend)
