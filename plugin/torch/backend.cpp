@@ -169,6 +169,13 @@ bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
   }
   const bool bounded = timeout != kNoTimeout;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (auto& part : parts_) {
+    // A part that failed throws its own error, which is this work's first.
+    part->wait(bounded ? std::max(std::chrono::milliseconds(0),
+                                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      deadline - std::chrono::steady_clock::now()))
+                       : kNoTimeout);
+  }
   for (auto req : requests_) {
     int64_t wait_ms = SMDDP_WAIT_DEFAULT;
     if (bounded) {
@@ -481,8 +488,50 @@ c10d::ErrorType ProcessGroupSMDDP::getError() {
   }
 }
 
+void ProcessGroupSMDDP::startCoalescing() {
+  TORCH_CHECK(!coalescing_.load(),
+              "smddp startCoalescing: the group is coalescing already (one "
+              "_coalescing_manager at a time per group; end the first with endCoalescing)");
+  coalesced_.clear();
+  coalescing_thread_ = std::this_thread::get_id();
+  coalescing_.store(true);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::endCoalescing() {
+  TORCH_CHECK(coalescing_here(),
+              "smddp endCoalescing without startCoalescing on this thread");
+  coalescing_.store(false);
+  std::vector<c10::intrusive_ptr<WorkSMDDP>> parts;
+  parts.swap(coalesced_);
+  std::vector<at::Tensor> outputs;
+  for (const auto& part : parts) {
+    outputs.insert(outputs.end(), part->outputs_.begin(), part->outputs_.end());
+  }
+  auto work = new_work(c10d::OpType::COALESCED, std::move(outputs));
+  for (auto& part : parts) {
+    work->pending_.fetch_add(1);
+    // work is alive until it completes: it holds a pending count until
+    // enqueue, which makes it hold itself (self_).
+    WorkSMDDP* whole = work.get();
+    part->getFuture()->addCallback([whole](c10::ivalue::Future& f) {
+      if (f.hasError()) {
+        std::lock_guard<std::mutex> lock(whole->error_mutex_);
+        if (whole->error_.empty()) {
+          whole->error_ = f.tryRetrieveErrorMessage();
+        }
+      }
+      whole->release_pending();
+    });
+    work->parts_.push_back(std::move(part));
+  }
+  return enqueue(work);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::enqueue(
     const c10::intrusive_ptr<WorkSMDDP>& work) {
+  if (coalescing_here()) {
+    coalesced_.push_back(work);
+  }
   work->self_ = work;
   if (work->hooks_) {
     std::lock_guard<std::mutex> lock(hooks_mutex_);

@@ -107,6 +107,9 @@ class WorkSMDDP : public c10d::Work {
   std::vector<smddp_request_t> requests_;
   std::vector<at::Tensor> outputs_;    // the Future's value
   std::vector<at::Tensor> keepalive_;  // buffers libsmddp reads or writes
+  // endCoalescing's work: the works issued while coalescing; it completes
+  // when they all have (each holds one pending count), with the first error.
+  std::vector<c10::intrusive_ptr<WorkSMDDP>> parts_;
   std::vector<std::function<void()>> finalizers_;  // copies back, in order
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   c10::intrusive_ptr<WorkSMDDP> self_;  // set while not completed
@@ -231,6 +234,19 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // SUCCESS while the communicator works; else its first failure: TIMEOUT,
   // REMOTE_ERROR (a peer died or aborted), COMM_ERROR (anything else).
   c10d::ErrorType getError() override;
+  // Coalescing (torch's _coalescing_manager given a device, which
+  // batch_isend_irecv uses): between startCoalescing and endCoalescing, the
+  // operations the calling thread issues on this group go out as they come
+  // (libsmddp runs collectives in order, and sends and receives do not wait
+  // for one another, so a ring of isend/irecv cannot deadlock), none waits
+  // at issue, and endCoalescing returns one work that completes when all of
+  // them have, failing with the first one's error. Other threads' operations
+  // are not part of it.
+  bool supportsCoalescing() const override {
+    return true;
+  }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   // From now on, works record when they were issued and when they completed
   // (Work.getDuration(), in ms).
   void enableCollectivesTiming() override {
@@ -275,7 +291,7 @@ class ProcessGroupSMDDP : public c10d::Backend {
   c10::intrusive_ptr<WorkSMDDP> new_work(c10d::OpType type, std::vector<at::Tensor> outputs,
                                          const Opts& opts) {
     auto work = new_work(type, std::move(outputs));
-    work->wait_now_ = waits_now(opts, 0);
+    work->wait_now_ = waits_now(opts, 0) && !coalescing_here();
     return work;
   }
   // torch's options carry asyncOp (set by torch.distributed's Python calls);
@@ -337,6 +353,14 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // With a hook: the works issued and maybe not completed (for waitForPendingWorks).
   std::vector<c10::weak_intrusive_ptr<WorkSMDDP>> pending_works_;
   std::mutex hooks_mutex_;
+  // Between startCoalescing and endCoalescing on coalescing_thread_.
+  bool coalescing_here() {
+    return coalescing_.load(std::memory_order_relaxed) &&
+           coalescing_thread_ == std::this_thread::get_id();
+  }
+  std::atomic<bool> coalescing_{false};
+  std::thread::id coalescing_thread_;
+  std::vector<c10::intrusive_ptr<WorkSMDDP>> coalesced_;  // that thread's works so far
   std::once_flag shutdown_once_;
   // abort() may come from another thread (a watchdog) while shutdown()
   // destroys the communicator: it waits for the destroy rather than use a

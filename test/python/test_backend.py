@@ -428,6 +428,68 @@ def _check_p2p_and_barrier(rank, world, gloo):
     return failures
 
 
+def _check_coalescing(rank, world, gloo):
+    """startCoalescing/endCoalescing: batch_isend_irecv as one batch (a ring
+    both ways, as pipeline parallelism exchanges), and _coalescing_manager
+    with a device around sends, receives and collectives; every result
+    against gloo's on the same ranks (gloo runs them one by one)."""
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    failures = []
+    smddp_pg = dist.group.WORLD
+    if not smddp_pg._get_backend(torch.device("cpu")).supports_coalescing:
+        return ["the smddp backend does not say it supports coalescing"]
+    right, left = (rank + 1) % world, (rank - 1) % world
+
+    def ring(group, n, dtype):
+        x, y = _data(dtype, rank, n=n), _data(dtype, rank + 7, n=n)
+        from_left, from_right = torch.empty_like(x), torch.empty_like(y)
+        ops = [dist.P2POp(dist.isend, x, right, group), dist.P2POp(dist.irecv, from_left, left, group),
+               dist.P2POp(dist.isend, y, left, group), dist.P2POp(dist.irecv, from_right, right, group)]
+        works = dist.batch_isend_irecv(ops)
+        for w in works:
+            w.wait()
+        return from_left, from_right, len(works)
+
+    for n, dtype in ((5, torch.float32), (1 << 20, torch.float32), (100, torch.int64)):
+        got_left, got_right, n_works = ring(smddp_pg, n, dtype)
+        want_left, want_right, _ = ring(gloo, n, dtype)
+        _compare(failures, f"batch_isend_irecv ring {n} x {dtype} from the left", got_left, want_left)
+        _compare(failures, f"batch_isend_irecv ring {n} x {dtype} from the right", got_right, want_right)
+        if n_works != 1:
+            failures.append(f"batch_isend_irecv returned {n_works} works, not one coalesced work")
+
+    # Sends, receives and a broadcast in one coalesced batch, waited once.
+    x, got, b = _data(torch.float32, rank, n=33), torch.empty(33), torch.full((4,), float(rank))
+    with _coalescing_manager(smddp_pg, torch.device("cpu"), async_ops=True) as cm:
+        dist.isend(x, right)
+        dist.irecv(got, left)
+        dist.broadcast(b, src=world - 1, async_op=True)
+    cm.wait()
+    _compare(failures, "coalesced isend/irecv", got, _data(torch.float32, left, n=33))
+    _compare(failures, "coalesced broadcast", b, torch.full((4,), float(world - 1)))
+    # Synchronous all_reduces under a device's coalescing manager (torch's fast path).
+    ts = [_data(torch.float32, rank + i, n=10) for i in range(3)]
+    refs = [t.clone() for t in ts]
+    with _coalescing_manager(smddp_pg, torch.device("cpu")):
+        for t in ts:
+            dist.all_reduce(t)
+    for t in refs:
+        dist.all_reduce(t, group=gloo)
+    for i, (t, r) in enumerate(zip(ts, refs)):
+        _compare(failures, f"coalesced all_reduce {i}", t, r)
+    # One coalescing at a time.
+    smddp_pg._start_coalescing(torch.device("cpu"))
+    try:
+        smddp_pg._start_coalescing(torch.device("cpu"))
+        failures.append("a second startCoalescing was accepted")
+    except RuntimeError as err:
+        if "coalescing already" not in str(err):
+            failures.append(f"second startCoalescing: {err}")
+    smddp_pg._end_coalescing(torch.device("cpu")).wait()
+    return failures
+
+
 def _check_groups_and_errors(rank, world, gloo):
     failures = []
     # A sub-group of some ranks, created through the store like any new group.
@@ -840,6 +902,7 @@ COLLECTIVE_CHECKS = {
     "allgather_reduce_scatter": _check_gather_scatter_family,
     "alltoall": _check_alltoall,
     "send_recv_barrier": _check_p2p_and_barrier,
+    "coalescing": _check_coalescing,
 }
 
 
