@@ -287,6 +287,14 @@ static unsigned attr_flags(const smddp_coll_attr_t *attr)
     return attr->size >= offsetof(smddp_coll_attr_t, flags) + sizeof(attr->flags) ? attr->flags : 0;
 }
 
+/* Callers built before attr had a timeout pass the smaller size: 0, the communicator's. */
+static int64_t attr_timeout_ms(const smddp_coll_attr_t *attr)
+{
+    return attr->size >= offsetof(smddp_coll_attr_t, timeout_ms) + sizeof(attr->timeout_ms)
+               ? attr->timeout_ms
+               : 0;
+}
+
 static smddp_status_t check_common(const coll_check_t *c, const smddp_coll_attr_t *attr)
 {
     if (!c->comm) return INVALID(NULL, "%s: comm is NULL", c->fn);
@@ -298,6 +306,10 @@ static smddp_status_t check_common(const coll_check_t *c, const smddp_coll_attr_
         if (attr_flags(attr) & ~SMDDP_COLL_WAIT_NOW)
             return INVALID(c->comm, "%s: unknown attr->flags 0x%x; accepted: 0, "
                                     "SMDDP_COLL_WAIT_NOW", c->fn, attr_flags(attr));
+        if (attr_timeout_ms(attr) < 0)
+            return INVALID(c->comm, "%s: attr->timeout_ms is %" PRId64 "; use > 0 milliseconds, "
+                                    "or 0 for the communicator's timeout", c->fn,
+                                    attr_timeout_ms(attr));
         if (attr->mem_type == SMDDP_MEM_CUDA)
             return fail(c->comm, smddp__route_check_cuda(c->comm, c->kind, c->fn));
         if (attr->mem_type != SMDDP_MEM_HOST)
@@ -379,6 +391,7 @@ static smddp__op_t *make_op(smddp_comm_t comm, smddp__op_kind_t kind, const void
     op->on_complete = attr->on_complete;
     op->on_complete_arg = attr->on_complete_arg;
     op->wait_now = (attr_flags(attr) & SMDDP_COLL_WAIT_NOW) != 0;
+    if (attr_timeout_ms(attr) > 0) op->timeout_ms = smddp__timeout_ms(attr_timeout_ms(attr));
     return op;
 }
 
@@ -570,9 +583,12 @@ smddp_status_t smddp_barrier(smddp_comm_t comm, const smddp_coll_attr_t *attr,
 {
     coll_check_t c = {"smddp_barrier", comm, SMDDP_OP_BARRIER};
     smddp_coll_attr_t host;
-    if (attr && attr->size >= sizeof(host)) {
-        /* A barrier moves no buffers: only the callback is taken. */
-        host = *attr;
+    if (attr && attr->size >= offsetof(smddp_coll_attr_t, flags)) {
+        /* A barrier moves no buffers: only the callback, flags and timeout are taken. */
+        size_t known = attr->size < sizeof(host) ? attr->size : sizeof(host);
+        memset(&host, 0, sizeof(host));
+        memcpy(&host, attr, known);
+        host.size = known;
         host.mem_type = SMDDP_MEM_HOST;
         attr = &host;
     }

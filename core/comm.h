@@ -125,6 +125,12 @@ static inline bool smddp__comm_poll_abort(struct smddp_comm *comm, int64_t now_n
     return comm->poll_abort(comm, now_ns, waiting_for);
 }
 
+/* The timeout op runs under: its own (smddp_coll_attr_t::timeout_ms), else comm's. */
+static inline int64_t smddp__op_timeout_ms(const struct smddp_comm *comm, const smddp__op_t *op)
+{
+    return op->timeout_ms > 0 ? op->timeout_ms : comm->timeout_ms;
+}
+
 /* An algorithm: runs op on comm, on the calling thread (exec_lock held). */
 typedef smddp_status_t (*smddp__algo_fn)(smddp_comm_t comm, smddp__op_t *op);
 

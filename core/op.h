@@ -49,6 +49,7 @@ typedef struct smddp_request {
     int64_t *v;              /* alltoallv: sendcounts, sdispls, recvcounts, rdispls (4 * size), owned */
     int64_t started_ns;      /* when execution started (smddp__now_ns()) */
     int64_t deadline_ns;     /* set when execution starts */
+    int64_t timeout_ms;      /* > 0: its own timeout (attr); 0: the communicator's */
     uint32_t seq_span;       /* collective sequence numbers it takes (0 means 1) */
     struct smddp__stage *stage; /* CUDA across nodes: its host staging (cuda/stage.c) */
     bool on_stream;          /* staged, and all its stream work was enqueued at issue */

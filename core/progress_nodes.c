@@ -115,8 +115,9 @@ static bool pause_ms(smddp__nodes_t *n, int ms)
 
 /*
  * Waits until counter key reaches at least want (an add of 0, which never
- * waits in the store), polling at once for 5 ms, then every ms, then every
- * 10 ms after a second; false after ms, once stopped, or on a store error.
+ * waits in the store), polling at once for 200 us, then every 100 us up to
+ * 5 ms, every ms up to a second, then every 10 ms; false after ms, once
+ * stopped, or on a store error.
  */
 static bool await_count(smddp__nodes_t *n, const char *key, int64_t want, int64_t ms)
 {
@@ -127,8 +128,10 @@ static bool await_count(smddp__nodes_t *n, const char *key, int64_t want, int64_
         if (got >= want) return true;
         int64_t waited = smddp__now_ns() - start;
         if (waited > ms * 1000000LL || stopping(n)) return false;
-        if (waited > 5000000LL) {
-            struct timespec ts = {0, waited > 1000000000LL ? 10000000L : 1000000L};
+        if (waited > 200000LL) {
+            struct timespec ts = {0, waited > 1000000000LL ? 10000000L
+                                     : waited > 5000000LL  ? 1000000L
+                                                           : 100000L};
             nanosleep(&ts, NULL);
         }
     }

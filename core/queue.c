@@ -43,7 +43,7 @@ static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op, int64_t now_ns)
     if (!now_ns) now_ns = smddp__now_ns();
     smddp__trace_start(comm->trace, op, now_ns);
     op->started_ns = now_ns;
-    op->deadline_ns = now_ns + comm->timeout_ms * 1000000LL;
+    op->deadline_ns = now_ns + smddp__op_timeout_ms(comm, op) * 1000000LL;
     smddp__clear_error();
     smddp_status_t st = smddp__op_execute(comm, op);
     /*

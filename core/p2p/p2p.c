@@ -267,7 +267,7 @@ static smddp_status_t check_health(smddp_comm_t comm)
             if (now >= op->deadline_ns)
                 return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
                                           "%s timed out after %.3f s: rank %d did not %s", desc,
-                                          (double)comm->timeout_ms / 1000.0, op->root,
+                                          (double)smddp__op_timeout_ms(comm, op) / 1000.0, op->root,
                                           dir ? "send it" : "receive it");
         }
     }
@@ -282,7 +282,7 @@ static smddp_status_t check_health(smddp_comm_t comm)
         if (now >= op->deadline_ns)
             return smddp__error_quiet(SMDDP_ERR_TIMEOUT, "%s timed out after %.3f s: no rank "
                                       "sent it a message", desc,
-                                      (double)comm->timeout_ms / 1000.0);
+                                      (double)smddp__op_timeout_ms(comm, op) / 1000.0);
     }
     return smddp__p2p_net_check(comm, now);
 }
@@ -470,7 +470,7 @@ smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op)
     }
     /* A small send would complete before the health check saw a peer's abort. */
     SMDDP_CHECK(smddp__comm_check_alive(comm, op));
-    op->deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
+    op->deadline_ns = smddp__now_ns() + smddp__op_timeout_ms(comm, op) * 1000000LL;
     atomic_fetch_add(&op->refs, 1); /* the engine's reference */
     pthread_mutex_lock(&p->lock);
     op->next = NULL;

@@ -219,7 +219,7 @@ static smddp_status_t check_remote(smddp_comm_t comm, const smddp__op_t *op, int
     if (aborted)
         return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s", desc,
                                   comm->abort_msg);
-    double secs = (double)comm->timeout_ms / 1000.0;
+    double secs = (double)smddp__op_timeout_ms(comm, op) / 1000.0;
     if (!posted)
         return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
                                   "%s timed out after %.3f s: the network did not take it (no "

@@ -595,7 +595,7 @@ smddp_status_t smddp__ofi_wait_until(smddp_comm_t comm, const smddp__op_t *op,
             smddp__op_describe(op, desc, sizeof(desc));
             return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
                                       "%s timed out after %.3f s: rank %d did not %s", desc,
-                                      (double)comm->timeout_ms / 1000.0, blame.peer,
+                                      (double)smddp__op_timeout_ms(comm, op) / 1000.0, blame.peer,
                                       blame.is_send ? "receive it" : "send it");
         }
     }

@@ -420,7 +420,7 @@ static smddp_status_t wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uin
             smddp__op_describe(op, desc, sizeof(desc));
             return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
                                       "%s timed out after %.3f s: rank %d did not %s", desc,
-                                      (double)comm->timeout_ms / 1000.0,
+                                      (double)smddp__op_timeout_ms(comm, op) / 1000.0,
                                       blame >= 0 ? comm->local_ranks[blame] : -1, what);
         }
         /* Transfers in flight progress only when polled: sleep briefly between polls. */
@@ -583,7 +583,7 @@ smddp_status_t smddp__shm_wait_all(smddp_comm_t comm, smddp__op_t *op, uint32_t 
             smddp__op_describe(op, desc, sizeof(desc));
             return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
                                       "%s timed out after %.3f s waiting for rank(s) %s", desc,
-                                      (double)comm->timeout_ms / 1000.0, list);
+                                      (double)smddp__op_timeout_ms(comm, op) / 1000.0, list);
         }
         if (st != SMDDP_OK) return st;
     }

@@ -164,9 +164,6 @@ void WorkSMDDP::complete() {
 }
 
 bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
-  if (timeout == kNoTimeout) {
-    timeout = op_timeout_;
-  }
   const bool bounded = timeout != kNoTimeout;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto& part : parts_) {

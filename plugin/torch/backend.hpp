@@ -69,10 +69,10 @@ class WorkSMDDP : public c10d::Work {
             smddp_comm_t comm, uint64_t seq, std::vector<at::Tensor> outputs);
   ~WorkSMDDP() override;
 
-  // timeout == 0 waits for the op's own timeout if it has one, else for the
-  // communicator's own deadline; otherwise the
-  // requests are waited with smddp_wait(timeout) and a DistBackendError is
-  // thrown if they are not done in time (the operation keeps running).
+  // Without a timeout, waits until the operation ends: libsmddp fails it at
+  // its own timeout (the options' timeout) or the communicator's. With one,
+  // the requests are waited with smddp_wait(timeout) and a DistBackendError
+  // is thrown if they are not done in time (the operation keeps running).
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override;
@@ -118,9 +118,9 @@ class WorkSMDDP : public c10d::Work {
   // thread completes the work.
   std::optional<c10::Stream> stream_;
   std::atomic<int> pending_{1};         // unfinished requests, + 1 while issuing
-  // What wait() without a timeout waits: the op's own timeout (barrier's
-  // BarrierOptions::timeout), else kNoTimeout (the communicator's deadline).
-  std::chrono::milliseconds op_timeout_{kNoTimeout};
+  // The options' timeout (ms), which libsmddp enforces for this operation
+  // (smddp_coll_attr_t::timeout_ms); 0: the communicator's.
+  int64_t own_timeout_ms_ = 0;
   // The caller waits for this work as soon as it is returned (torch's
   // async_op=False): its requests ask libsmddp to run them at issue.
   bool wait_now_ = false;
@@ -284,21 +284,26 @@ class ProcessGroupSMDDP : public c10d::Backend {
                                                 const c10::intrusive_ptr<Options>& opts);
   c10::intrusive_ptr<c10d::Work> recv_from(std::vector<at::Tensor>& tensors, int srcRank, int tag);
   c10::intrusive_ptr<WorkSMDDP> new_work(c10d::OpType type, std::vector<at::Tensor> outputs);
-  // The same, for a collective called with opts: with async_op=False (and
-  // no timeout of its own) the caller waits at once, so the work's requests
-  // run at issue when the communicator is idle (SMDDP_COLL_WAIT_NOW).
+  // The same, for a collective called with opts: it runs under the
+  // options' timeout when they set one (libsmddp fails it then, and aborts
+  // the group, as for the group's timeout); with async_op=False the caller
+  // waits at once, so the work's requests run at issue when the communicator
+  // is idle (SMDDP_COLL_WAIT_NOW).
   template <typename Opts>
   c10::intrusive_ptr<WorkSMDDP> new_work(c10d::OpType type, std::vector<at::Tensor> outputs,
                                          const Opts& opts) {
     auto work = new_work(type, std::move(outputs));
     work->wait_now_ = waits_now(opts, 0) && !coalescing_here();
+    if (opts.timeout.count() > 0) {
+      work->own_timeout_ms_ = opts.timeout.count();
+    }
     return work;
   }
   // torch's options carry asyncOp (set by torch.distributed's Python calls);
   // options without it say nothing.
   template <typename Opts>
   static auto waits_now(const Opts& opts, int) -> decltype(opts.asyncOp, bool()) {
-    return !opts.asyncOp && opts.timeout.count() <= 0;
+    return !opts.asyncOp;
   }
   template <typename Opts>
   static bool waits_now(const Opts&, long) {
@@ -315,6 +320,7 @@ class ProcessGroupSMDDP : public c10d::Backend {
     if (work.wait_now_) {
       attr.flags |= SMDDP_COLL_WAIT_NOW;
     }
+    attr.timeout_ms = work.own_timeout_ms_;
     work.pending_.fetch_add(1);
     smddp_request_t req = nullptr;
     smddp_status_t st = call(&attr, &req);

@@ -515,9 +515,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::recv_from(std::vector<at::Tens
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::barrier(const c10d::BarrierOptions& opts) {
   auto work = new_work(c10d::OpType::BARRIER, {}, opts);
-  if (opts.timeout.count() > 0) {
-    work->op_timeout_ = opts.timeout;  // dist.barrier(timeout=...): wait() gives up then
-  }
   issue(*work, "barrier", SMDDP_COLL_ATTR_INIT,
         [&](const smddp_coll_attr_t* a, smddp_request_t* r) { return smddp_barrier(comm_, a, r); });
   return enqueue(work);

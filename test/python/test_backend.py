@@ -594,13 +594,69 @@ def _check_barrier_timeout(rank, world, gloo):
             took = time.monotonic() - start
             if not 0.9 < took < 2.5:
                 failures.append(f"the barrier's 1 s timeout fired after {took:.1f} s")
-            if "1000 ms" not in str(err):
+            if "1.000 s" not in str(err):
                 failures.append(f"the timeout error does not give the timeout: {err}")
     else:
         time.sleep(3)
-        dist.barrier()  # completes the barrier rank 0 gave up waiting for
+        # The barrier's timeout failed it and aborted the group, as the group's own would.
+        try:
+            dist.barrier()
+            failures.append("rank 1's barrier succeeded on a group aborted by a timeout")
+        except RuntimeError as err:
+            if "timed out" not in str(err):
+                failures.append(f"rank 1's barrier error does not say why: {err}")
     dist.barrier(group=gloo)
     return failures
+
+
+def _check_op_timeouts(rank, world, gloo):
+    """Each collective called with options that set a timeout fails after that
+    timeout (1 s), not the group's (60 s), naming it, when a peer never
+    comes; each on a group of its own, as the timeout aborts the group."""
+    import time
+
+    failures = []
+    n = world
+    cases = {
+        "allreduce": lambda pg, o: pg.allreduce([torch.ones(4)], o),
+        "broadcast": lambda pg, o: pg.broadcast([torch.ones(4)], o),
+        "allgather": lambda pg, o: pg.allgather([[torch.empty(4) for _ in range(n)]],
+                                                [torch.ones(4)], o),
+        "reduce_scatter": lambda pg, o: pg.reduce_scatter([torch.empty(4)],
+                                                          [[torch.ones(4) for _ in range(n)]], o),
+        "alltoall_base": lambda pg, o: pg.alltoall_base(torch.empty(4 * n), torch.ones(4 * n),
+                                                        [], [], o),
+        "barrier": lambda pg, o: pg.barrier(o),
+    }
+    import torch._C._distributed_c10d as c10d
+
+    options = {
+        "allreduce": c10d.AllreduceOptions, "broadcast": c10d.BroadcastOptions,
+        "allgather": c10d.AllgatherOptions, "reduce_scatter": c10d.ReduceScatterOptions,
+        "alltoall_base": c10d.AllToAllOptions, "barrier": c10d.BarrierOptions,
+    }
+    for name, call in cases.items():
+        pg = dist.new_group(backend="smddp", timeout=timedelta(seconds=60))
+        if rank != 0:
+            continue  # never joins: rank 0's operation must give up after its own timeout
+        opts = options[name]()
+        opts.timeout = timedelta(seconds=1)
+        start = time.monotonic()
+        try:
+            call(pg, opts).wait()
+            failures.append(f"{name} without its peers completed")
+        except RuntimeError as err:
+            took = time.monotonic() - start
+            if not 0.9 < took < 3:
+                failures.append(f"{name}: its 1 s timeout fired after {took:.1f} s")
+            if "timed out after 1.000 s" not in str(err):
+                failures.append(f"{name}: the error does not give its timeout: {err}")
+    dist.barrier(group=gloo)
+    return failures
+
+
+def test_each_collective_honours_its_timeout():
+    run_ranks(_check_op_timeouts, 2)
 
 
 def _check_dump_trace(rank, world, gloo):

@@ -273,6 +273,46 @@ static void test_set_timeout(void **state)
     run(2, set_timeout_fn, NULL, "SMDDP_TIMEOUT=600", 0, NULL);
 }
 
+/*
+ * smddp_coll_attr_t::timeout_ms: an operation's own timeout (0.7 s for an
+ * allreduce, 0.5 s for a receive) fires instead of the communicator's 600 s,
+ * and its message gives it; a negative one is refused.
+ */
+static void op_timeout_fn(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size;
+    bool p2p = arg != NULL;
+    record_pid(rank);
+    if (rank == 1) {
+        sleep_ms(3000);
+        return;
+    }
+    float in[8] = {0}, out[8];
+    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+    attr.timeout_ms = -5;
+    H_STATUS(smddp_allreduce(comm, in, out, 8, SMDDP_FLOAT32, SMDDP_SUM, &attr, NULL),
+             SMDDP_ERR_INVALID_ARGUMENT);
+    H_HAS(smddp_get_last_error(NULL), "attr->timeout_ms is -5");
+    attr.timeout_ms = p2p ? 500 : 700;
+    double t0 = now_s();
+    smddp_status_t st = p2p ? smddp_recv(comm, out, 8, SMDDP_FLOAT32, 1, 0, &attr, NULL)
+                            : smddp_allreduce(comm, in, out, 8, SMDDP_FLOAT32, SMDDP_SUM, &attr,
+                                              NULL);
+    double dt = now_s() - t0;
+    H_STATUS(st, SMDDP_ERR_TIMEOUT);
+    H_CHECK(dt > (p2p ? 0.4 : 0.6) && dt < 2.0, "a %s timeout fired after %.2f s",
+            p2p ? "0.5 s recv" : "0.7 s allreduce", dt);
+    H_HAS(smddp_get_last_error(NULL), p2p ? "0.500 s" : "0.700 s");
+}
+
+static void test_op_timeout(void **state)
+{
+    (void)state;
+    run(2, op_timeout_fn, NULL, "SMDDP_TIMEOUT=600", 0, NULL);
+    int p2p = 1;
+    run(2, op_timeout_fn, &p2p, "SMDDP_TIMEOUT=600", 0, NULL);
+}
+
 /* A non-root waits for a broadcast root that is late: the message names the root. */
 static void bcast_timeout_fn(smddp_comm_t comm, int rank, int size, void *arg)
 {
@@ -1309,6 +1349,7 @@ int main(void)
         cmocka_unit_test(test_kill_segment_creator_nonblocking),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_set_timeout),
+        cmocka_unit_test(test_op_timeout),
         cmocka_unit_test(test_timeout_broadcast_root),
         cmocka_unit_test(test_kill_peer_midway_large),
         cmocka_unit_test(test_queued_requests_after_peer_death),

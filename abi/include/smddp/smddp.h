@@ -168,10 +168,13 @@ typedef struct smddp_coll_attr {
     smddp_complete_fn on_complete; /**< optional completion callback, or NULL */
     void *on_complete_arg;    /**< its argument */
     unsigned flags;           /**< SMDDP_COLL_* flags, or 0 */
+    int64_t timeout_ms;       /**< > 0: this operation's own deadline, in ms from when it
+                                   starts (on expiry it fails and the communicator is aborted,
+                                   as with the communicator's timeout); 0: the communicator's */
 } smddp_coll_attr_t;
 
 /** Initialiser for smddp_coll_attr_t. */
-#define SMDDP_COLL_ATTR_INIT {sizeof(smddp_coll_attr_t), SMDDP_MEM_HOST, NULL, 1.0, NULL, NULL, 0}
+#define SMDDP_COLL_ATTR_INIT {sizeof(smddp_coll_attr_t), SMDDP_MEM_HOST, NULL, 1.0, NULL, NULL, 0, 0}
 
 /**
  * Flag for smddp_coll_attr_t::flags: the caller waits for this request as
