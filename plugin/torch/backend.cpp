@@ -97,8 +97,15 @@ void WorkSMDDP::on_request_done(void* arg, smddp_status_t status) {
   auto* work = static_cast<WorkSMDDP*>(arg);
   if (status != SMDDP_OK) {
     std::ostringstream msg;
-    msg << "smddp " << c10d::opTypeToString(work->opType_) << " failed ("
-        << smddp_status_string(status) << "): " << comm_error(work->comm_);
+    msg << "smddp " << c10d::opTypeToString(work->opType_);
+    // torch's name for the group (and its description), as NCCL's errors give them.
+    if (auto backend = work->backend_.lock(); backend && !backend->getGroupUid().empty()) {
+      msg << " on group " << backend->getGroupUid();
+      if (!backend->getGroupDesc().empty()) {
+        msg << " (" << backend->getGroupDesc() << ")";
+      }
+    }
+    msg << " failed (" << smddp_status_string(status) << "): " << comm_error(work->comm_);
     std::lock_guard<std::mutex> lock(work->error_mutex_);
     if (work->error_.empty()) {
       work->error_ = msg.str();

@@ -642,15 +642,22 @@ def _check_op_timeouts(rank, world, gloo):
         opts = options[name]()
         opts.timeout = timedelta(seconds=1)
         start = time.monotonic()
+        work = call(pg, opts)
         try:
-            call(pg, opts).wait()
+            work.wait()
             failures.append(f"{name} without its peers completed")
         except RuntimeError as err:
             took = time.monotonic() - start
+            if not work.is_completed() or work.is_success() or work.exception() is None:
+                failures.append(f"{name}: failed work: is_completed {work.is_completed()}, "
+                                f"is_success {work.is_success()}, exception {work.exception()}")
             if not 0.9 < took < 3:
                 failures.append(f"{name}: its 1 s timeout fired after {took:.1f} s")
             if "timed out after 1.000 s" not in str(err):
                 failures.append(f"{name}: the error does not give its timeout: {err}")
+            if f"on group {pg.group_name}" not in str(err):
+                failures.append(f"{name}: the error does not name the group "
+                                f"{pg.group_name}: {err}")
     dist.barrier(group=gloo)
     return failures
 
@@ -835,8 +842,13 @@ def _check_work_abort(rank, world, gloo):
 
     failures = []
     sub = dist.new_group(backend="smddp", timeout=timedelta(seconds=20))
-    done = dist.all_reduce(torch.ones(4), group=sub, async_op=True)
+    x = torch.ones(4)
+    done = dist.all_reduce(x, group=sub, async_op=True)
     done.wait()
+    if (not done.is_success() or done.exception() is not None or len(done.result()) != 1
+            or done.result()[0].data_ptr() != x.data_ptr()):
+        failures.append(f"completed work: is_success {done.is_success()}, exception "
+                        f"{done.exception()}, result {done.result()}")
     smddp.abort_work(done)  # completed: the group goes on
     t = torch.ones(4)
     dist.all_reduce(t, group=sub)
