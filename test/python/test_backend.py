@@ -609,6 +609,67 @@ def _check_barrier_timeout(rank, world, gloo):
     return failures
 
 
+def _check_monitored_barrier(rank, world, gloo):
+    """smddp.monitored_barrier names the ranks that did not arrive, as gloo's
+    does (same message, checked against gloo's in the same run), and leaves
+    the group usable."""
+    import time
+
+    import smddp
+
+    failures = []
+    late = list(range(1, world))  # every rank but 0 is late once
+    errors = {}
+    mon = dist.new_group(backend="gloo")  # a failed monitored_barrier breaks a gloo group
+    for name, call in (("gloo", lambda: dist.monitored_barrier(mon, timedelta(seconds=1),
+                                                               wait_all_ranks=True)),
+                       ("smddp", lambda: smddp.monitored_barrier(None, timedelta(seconds=1),
+                                                                 wait_all_ranks=True))):
+        if rank in late:
+            time.sleep(2)
+        try:
+            call()
+            if rank == 0:
+                failures.append(f"{name}: monitored_barrier with late ranks passed")
+        except RuntimeError as err:
+            errors[name] = str(err)
+        dist.barrier(group=gloo)
+    if rank == 0:
+        want = "Ranks " + ", ".join(str(r) for r in late)
+        for name in ("gloo", "smddp"):
+            if f"{want} failed to pass monitoredBarrier in 1000 ms" not in errors.get(name, ""):
+                failures.append(f"{name}'s rank 0 error: {errors.get(name)}")
+    elif "failed to pass monitoredBarrier" not in errors.get("smddp", ""):
+        failures.append(f"rank {rank} was not told rank 0's verdict: {errors.get('smddp')}")
+    # Without wait_all_ranks: the first late rank only.
+    if rank == world - 1:
+        time.sleep(2)
+    try:
+        smddp.monitored_barrier(timeout=timedelta(seconds=1))
+        if rank == 0:
+            failures.append("monitored_barrier with a late rank passed")
+    except RuntimeError as err:
+        if rank == 0 and f"[Rank 0]: Rank {world - 1} failed to pass monitoredBarrier" not in str(err):
+            failures.append(f"without wait_all_ranks: {err}")
+    dist.barrier(group=gloo)
+    smddp.monitored_barrier()  # everyone on time: passes
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    _compare(failures, "allreduce after a failed monitored_barrier", t, torch.full((2,), float(world)))
+    try:
+        smddp.monitored_barrier(timeout=timedelta(seconds=0))
+        failures.append("a zero timeout was accepted")
+    except ValueError as err:
+        if "positive" not in str(err):
+            failures.append(f"zero timeout: {err}")
+    return failures
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_monitored_barrier_names_late_ranks(world):
+    run_ranks(_check_monitored_barrier, world)
+
+
 def _check_op_timeouts(rank, world, gloo):
     """Each collective called with options that set a timeout fails after that
     timeout (1 s), not the group's (60 s), naming it, when a peer never

@@ -249,4 +249,75 @@ def abort_work(work) -> None:
     _C.abort_work(work)
 
 
-__all__ += ["init_process_group", "dump_trace", "stats", "peer_states", "abort_work"]
+_monitored_barriers: dict = {}  # group name -> calls so far (every rank counts the same)
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False) -> None:
+    """torch.distributed.monitored_barrier for a group of any backend, smddp's included.
+
+    torch implements it for gloo only. This one does what gloo's does,
+    through the group's store, so the group itself is not touched and stays
+    usable after a failure: every rank other than 0 reports to rank 0 and
+    waits for its verdict; rank 0 waits for each of them, up to ``timeout``
+    in all (default: torch's default_pg_timeout, as torch's), and raises ``RuntimeError("[Rank 0]: Rank
+    2 failed to pass monitoredBarrier in 1000 ms")``, naming the first rank
+    that did not arrive, or every one with ``wait_all_ranks=True`` ("Ranks 1,
+    2 failed ..."), in gloo's words. Unlike gloo's, whose group breaks when
+    it fails, the group stays usable. The
+    other ranks then raise too, with rank 0's verdict. Every rank of the
+    group must call it (the calls are matched by their count).
+    """
+    import time
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    if group is None:
+        group = dist.group.WORLD
+    if group is None:
+        raise RuntimeError("smddp.monitored_barrier: torch.distributed is not initialised")
+    if timeout is None:
+        timeout = c10d.default_pg_timeout  # as torch's, for every backend but NCCL
+    if not isinstance(timeout, timedelta) or timeout.total_seconds() <= 0:
+        raise ValueError(f"smddp.monitored_barrier: timeout {timeout!r}; give a positive "
+                         "datetime.timedelta")
+    ms = int(timeout.total_seconds() * 1000)
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    store = c10d._world.pg_map[group][1]
+    n = _monitored_barriers[group.group_name] = _monitored_barriers.get(group.group_name, 0) + 1
+    prefix = f"smddp/monitored_barrier/{n}"
+    released = f"{prefix}/released"
+    if rank != 0:
+        store.set(f"{prefix}/arrived/{rank}", "1")
+        try:
+            store.wait([released], timeout)
+        except Exception as err:  # noqa: BLE001 - torch raises DistStoreError (or a RuntimeError)
+            raise RuntimeError(f"[Rank {rank}]: rank 0 did not end monitored_barrier within "
+                               f"{ms} ms: {err}") from None
+        verdict = store.get(released).decode()
+        if verdict != "ok":
+            raise RuntimeError(f"[Rank {rank}]: monitored_barrier failed on rank 0: {verdict}")
+        return
+    deadline = time.monotonic() + timeout.total_seconds()
+    missing = []
+    for r in range(1, world):
+        left = max(deadline - time.monotonic(), 0.001)
+        try:
+            store.wait([f"{prefix}/arrived/{r}"], timedelta(seconds=left))
+        except Exception:  # noqa: BLE001 - a timeout: r did not arrive in time
+            missing.append(r)
+            if not wait_all_ranks:
+                break
+    if missing:
+        # gloo's words: "Rank 3" for the first one, "Ranks 1, 3" with wait_all_ranks.
+        who = ("Ranks " + ", ".join(str(r) for r in missing) if wait_all_ranks
+               else f"Rank {missing[0]}")
+        msg = f"{who} failed to pass monitoredBarrier in {ms} ms"
+        store.set(released, msg)
+        raise RuntimeError(f"[Rank 0]: {msg}")
+    store.set(released, "ok")
+
+
+__all__ += ["init_process_group", "dump_trace", "stats", "peer_states", "abort_work",
+            "monitored_barrier"]
