@@ -863,7 +863,6 @@ def test_completion_hook():
 def _check_group_abort(rank, world, gloo):
     """A rank blocked in a collective whose peer never comes stops at once when
     another of its threads aborts the group (torch's _abort_process_group)."""
-    import threading
     import time
 
     from torch.distributed.distributed_c10d import _abort_process_group
@@ -874,18 +873,27 @@ def _check_group_abort(rank, world, gloo):
         time.sleep(3)  # never joins the allreduce below
         return failures
     work = dist.all_reduce(torch.ones(4), group=sub, async_op=True)
-    threading.Timer(0.5, _abort_process_group, args=(sub,)).start()
+    _expect_aborted_at_once(work, lambda: _abort_process_group(sub), failures)
+    return failures
+
+
+def _expect_aborted_at_once(work, abort, failures):
+    """Calls abort() from another thread after 0.5 s: work.wait() must raise at
+    once, with an error that names the abort."""
+    import threading
+    import time
+
+    threading.Timer(0.5, abort).start()
     start = time.monotonic()
     try:
         work.wait()
-        failures.append("the allreduce of an aborted group completed")
+        failures.append("the aborted allreduce completed")
     except RuntimeError as err:
         took = time.monotonic() - start
         if took > 3:
             failures.append(f"the aborted allreduce raised after {took:.1f} s, not at once")
         if "abort" not in str(err):
-            failures.append(f"the error does not say the group was aborted: {err}")
-    return failures
+            failures.append(f"the error does not say it was aborted: {err}")
 
 
 def test_abort_process_group_stops_a_waiting_rank():
@@ -896,7 +904,6 @@ def _check_work_abort(rank, world, gloo):
     """Work::abort() on a work whose peer never comes completes it at once with
     an error that says so; the peer's next collective fails naming the abort;
     aborting a completed work changes nothing."""
-    import threading
     import time
 
     import smddp
@@ -925,17 +932,7 @@ def _check_work_abort(rank, world, gloo):
                 failures.append(f"rank 1's error does not name the abort: {err}")
         return failures
     work = dist.all_reduce(torch.ones(4), group=sub, async_op=True)
-    threading.Timer(0.5, smddp.abort_work, args=(work,)).start()
-    start = time.monotonic()
-    try:
-        work.wait()
-        failures.append("the aborted allreduce completed")
-    except RuntimeError as err:
-        took = time.monotonic() - start
-        if took > 3:
-            failures.append(f"the aborted work raised after {took:.1f} s, not at once")
-        if "abort" not in str(err):
-            failures.append(f"the error does not say the work was aborted: {err}")
+    _expect_aborted_at_once(work, lambda: smddp.abort_work(work), failures)
     if not work.is_completed() or work.is_success():
         failures.append(f"aborted work: is_completed {work.is_completed()}, "
                         f"is_success {work.is_success()}")
