@@ -96,6 +96,10 @@ WorkSMDDP::~WorkSMDDP() {
 void WorkSMDDP::on_request_done(void* arg, smddp_status_t status) {
   auto* work = static_cast<WorkSMDDP*>(arg);
   if (status != SMDDP_OK) {
+    if (auto backend = work->backend_.lock()) {
+      // The work's backend is always this group's (new_work).
+      static_cast<ProcessGroupSMDDP*>(backend.get())->run_abort_hooks();
+    }
     std::ostringstream msg;
     msg << "smddp " << c10d::opTypeToString(work->opType_);
     // torch's name for the group (and its description), as NCCL's errors give them.
@@ -350,7 +354,38 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupSMDDP::getBackendOptions(
   return c10::make_intrusive<Options>("smddp", timeout_);
 }
 
+#ifdef C10D_BACKEND_HAS_HOOKS
+void ProcessGroupSMDDP::registerAbortHook(int64_t hook_id, c10d::AbortHook hook) {
+  std::lock_guard<std::mutex> lock(abort_hooks_mutex_);
+  abort_hooks_[hook_id] = std::move(hook);
+}
+
+void ProcessGroupSMDDP::unregisterAbortHook(int64_t hook_id) {
+  std::lock_guard<std::mutex> lock(abort_hooks_mutex_);
+  abort_hooks_.erase(hook_id);
+}
+#endif
+
+void ProcessGroupSMDDP::run_abort_hooks() {
+  if (abort_hooks_ran_.exchange(true)) {
+    return;
+  }
+  std::map<int64_t, std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(abort_hooks_mutex_);
+    hooks = abort_hooks_;
+  }
+  for (auto& [id, hook] : hooks) {
+    try {
+      hook();
+    } catch (const std::exception& e) {
+      TORCH_WARN("smddp: abort hook ", id, " raised: ", e.what());
+    }
+  }
+}
+
 void ProcessGroupSMDDP::abort() {
+  run_abort_hooks();
   std::lock_guard<std::mutex> lock(lifecycle_mutex_);
   if (comm_ != nullptr) {
     (void)smddp_comm_abort(comm_);  // returns within about half a second

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -234,6 +235,15 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // SUCCESS while the communicator works; else its first failure: TIMEOUT,
   // REMOTE_ERROR (a peer died or aborted), COMM_ERROR (anything else).
   c10d::ErrorType getError() override;
+  // torch's abort hooks (ProcessGroup.register_abort_hook, on a torch whose
+  // Backend.hpp defines C10D_BACKEND_HAS_HOOKS): each runs once, before this
+  // group reports its first failure (a timeout, a lost peer, an abort) or
+  // before abort() acts, on the thread that sees it first.
+#ifdef C10D_BACKEND_HAS_HOOKS
+  void registerAbortHook(int64_t hook_id, c10d::AbortHook hook) override;
+  void unregisterAbortHook(int64_t hook_id) override;
+#endif
+  void run_abort_hooks();
   // Coalescing (torch's _coalescing_manager given a device, which
   // batch_isend_irecv uses): between startCoalescing and endCoalescing, the
   // operations the calling thread issues on this group go out as they come
@@ -367,6 +377,9 @@ class ProcessGroupSMDDP : public c10d::Backend {
   std::atomic<bool> coalescing_{false};
   std::thread::id coalescing_thread_;
   std::vector<c10::intrusive_ptr<WorkSMDDP>> coalesced_;  // that thread's works so far
+  std::mutex abort_hooks_mutex_;
+  std::map<int64_t, std::function<void()>> abort_hooks_;
+  std::atomic<bool> abort_hooks_ran_{false};
   std::once_flag shutdown_once_;
   // abort() may come from another thread (a watchdog) while shutdown()
   // destroys the communicator: it waits for the destroy rather than use a

@@ -723,6 +723,82 @@ def _check_op_timeouts(rank, world, gloo):
     return failures
 
 
+def _check_abort_hook(rank, world, gloo):
+    """torch's abort hooks run once, before a group's first failure is
+    reported, on the rank that fails."""
+    import time
+
+    failures = []
+    pg = dist.new_group(backend="smddp", timeout=timedelta(seconds=60))
+    calls = []
+    pg.register_abort_hook(1, lambda: calls.append(time.monotonic()))
+    pg.register_abort_hook(2, lambda: calls.append("second"))
+    pg.register_abort_hook(3, lambda: calls.append("unregistered"))
+    pg.unregister_abort_hook(3)
+    if rank == 0:
+        t = torch.ones(2)
+        dist.all_reduce(t, group=pg)  # healthy: no hook
+        if calls:
+            failures.append(f"abort hooks ran on a healthy group: {calls}")
+        opts = dist.distributed_c10d.AllreduceOptions()
+        opts.timeout = timedelta(seconds=1)
+        work = pg.allreduce([t], opts)
+        try:
+            work.wait()
+            failures.append("the allreduce without its peer completed")
+        except RuntimeError:
+            if len(calls) != 2:
+                failures.append(f"abort hooks ran {len(calls)} times before the error, not 2")
+        try:
+            dist.all_reduce(t, group=pg)
+        except RuntimeError:
+            pass
+        if len(calls) != 2:
+            failures.append(f"abort hooks ran again on a later failure: {calls}")
+    else:
+        dist.all_reduce(torch.ones(2), group=pg)
+        time.sleep(3)  # never joins rank 0's second allreduce
+    dist.barrier(group=gloo)
+    return failures
+
+
+@pytest.mark.skipif(not hasattr(dist.ProcessGroup, "register_abort_hook"),
+                    reason="this torch's process groups take no abort hooks (torch 2.14 has them)")
+def test_abort_hooks_run_before_the_first_failure():
+    run_ranks(_check_abort_hook, 2)
+
+
+def _check_pre_post_hooks(rank, world, gloo):
+    """torch's pre/post collective hooks (its flight recorder's and NaN
+    check's way in) see every smddp collective, with its work."""
+    failures = []
+    pg = dist.group.WORLD
+    seen = []
+    pg.register_pre_hook(1, lambda a: seen.append(("pre", a.name.name, a.op_id)))
+    pg.register_post_hook(1, lambda a: seen.append(("post", a.name.name, a.op_id,
+                                                    a.work is not None)))
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    dist.broadcast(t, 0)
+    dist.all_reduce(t, async_op=True).wait()
+    pg.unregister_pre_hook(1)
+    pg.unregister_post_hook(1)
+    dist.all_reduce(t)
+    want = []
+    for i, name in enumerate(["ALLREDUCE", "BROADCAST", "ALLREDUCE"]):
+        want += [("pre", name, i), ("post", name, i, True)]
+    if [x[:2] for x in seen] != [x[:2] for x in want] or any(
+            x[0] == "post" and not x[3] for x in seen):
+        failures.append(f"hooks saw {seen}")
+    return failures
+
+
+@pytest.mark.skipif(not hasattr(dist.ProcessGroup, "register_pre_hook"),
+                    reason="this torch's process groups take no pre/post hooks (torch 2.14 has them)")
+def test_pre_and_post_collective_hooks():
+    run_ranks(_check_pre_post_hooks, 2)
+
+
 def test_each_collective_honours_its_timeout():
     run_ranks(_check_op_timeouts, 2)
 
