@@ -196,6 +196,12 @@ class ProcessGroupSMDDP : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override;
+#ifdef SMDDP_C10D_BACKEND_HAS_GATHER_SINGLE
+  // torch 2.14's gather into one buffer: the root's output holds world size x
+  // the input, rank r's at r x numel; the other ranks' output is not used.
+  c10::intrusive_ptr<c10d::Work> gather_single(at::Tensor& output, at::Tensor& input,
+                                               const c10d::GatherOptions& opts) override;
+#endif
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;

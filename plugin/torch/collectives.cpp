@@ -388,6 +388,42 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall(std::vector<at::Tenso
   return enqueue(work);
 }
 
+#ifdef SMDDP_C10D_BACKEND_HAS_GATHER_SINGLE
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather_single(at::Tensor& output,
+                                                                at::Tensor& input,
+                                                                const c10d::GatherOptions& opts) {
+  check_tensor(input, "gather_single");
+  const int root = static_cast<int>(opts.rootRank);
+  TORCH_CHECK(root >= 0 && root < size_, "smddp gather_single: root ", root,
+              " is not a rank of this group (0..", size_ - 1, ")");
+  smddp_dtype_t dt = to_smddp_dtype(input.scalar_type(), false);
+  std::vector<at::Tensor> outs;
+  if (rank_ == root) {
+    check_tensor(output, "gather_single");
+    check_alike(input, output, "gather_single");
+    TORCH_CHECK(output.numel() == input.numel() * size_, "smddp gather_single: the root's output "
+                "has ", output.numel(), " elements; it needs world size (", size_, ") x the "
+                "input's ", input.numel());
+    outs.push_back(output);
+  }
+  auto work = new_work(c10d::OpType::GATHER, outs, opts);
+  if (!work->stream_ && input.is_cuda()) {
+    work->stream_ = c10::impl::getDeviceGuardImpl(input.device().type())->getStream(input.device());
+  }
+  at::Tensor in = stage_in(*work, input);
+  at::Tensor out;
+  if (rank_ == root) {
+    out = stage_inout(*work, output);
+  }
+  smddp_coll_attr_t attr = attr_for(in);
+  issue(*work, "gather_single", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+    return smddp_gather(comm_, in.data_ptr(), out.defined() ? out.data_ptr() : nullptr,
+                        in.numel(), dt, root, a, r);
+  });
+  return enqueue(work);
+}
+#endif
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {

@@ -799,6 +799,27 @@ def test_pre_and_post_collective_hooks():
     run_ranks(_check_pre_post_hooks, 2)
 
 
+def _check_gather_single(rank, world, gloo):
+    """torch 2.14's gather into one buffer, on the root; every dtype's bytes
+    land in rank order."""
+    failures = []
+    for dtype in (torch.float32, torch.int64, torch.bfloat16):
+        for root in (0, world - 1):
+            x = _data(dtype, rank, n=5)
+            out = torch.full((5 * world,), -1).to(dtype) if rank == root else None
+            dist.gather_single(x, out, dst=root)  # (tensor, gather_tensor), as torch names them
+            if rank == root:
+                want = torch.cat([_data(dtype, r, n=5) for r in range(world)])
+                _compare(failures, f"gather_single {dtype} to {root}", out, want)
+    return failures
+
+
+@pytest.mark.skipif(not hasattr(dist, "gather_single"),
+                    reason="this torch has no gather_single (torch 2.14 has it)")
+def test_gather_single():
+    run_ranks(_check_gather_single, 3)
+
+
 def test_each_collective_honours_its_timeout():
     run_ranks(_check_op_timeouts, 2)
 
