@@ -478,6 +478,17 @@ def _check_coalescing(rank, world, gloo):
         dist.all_reduce(t, group=gloo)
     for i, (t, r) in enumerate(zip(ts, refs)):
         _compare(failures, f"coalesced all_reduce {i}", t, r)
+    # allreduce_coalesced of mixed dtypes, which gloo refuses: each tensor summed in its own.
+    import torch._C._distributed_c10d as c10d
+
+    mixed = [_data(torch.float32, rank, n=7), _data(torch.int64, rank, n=3),
+             _data(torch.bfloat16, rank, n=5)]
+    smddp_pg.allreduce_coalesced(mixed, c10d.AllreduceCoalescedOptions()).wait()
+    for t in mixed:
+        want = t.new_zeros(t.shape)
+        for r in range(world):
+            want += _data(t.dtype, r, n=t.numel())
+        _compare(failures, f"allreduce_coalesced of mixed dtypes: {t.dtype}", t, want)
     # One coalescing at a time.
     smddp_pg._start_coalescing(torch.device("cpu"))
     try:
