@@ -397,7 +397,10 @@ static void merge(smddp__nodes_t *n)
         }
         for (int node = 0; node < comm->node_count; node++) {
             node_queue_t *q = &n->q[node];
-            for (int lr = 0; lr < q->n_local; lr++) n->late[q->ranks[lr]] += n->t[q->ranks[lr]] - n->t[first];
+            for (int lr = 0; lr < q->n_local; lr++) {
+                int r = q->ranks[lr];
+                n->late[r] += n->t[r] - n->t[first];
+            }
         }
         int64_t skew = n->t[last] - n->t[first];
         n->skews[n->ops % SKEWS] = skew;
