@@ -298,13 +298,22 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::adopt_child(
 }
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::split(
-    const c10::intrusive_ptr<c10d::Store>& /*store*/, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
     const c10::intrusive_ptr<Options>& opts) {
   TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
   const bool member = std::find(ranks.begin(), ranks.end(), rank_) != ranks.end();
   for (int r : ranks) {
     TORCH_CHECK(r >= 0 && r < size_, "smddp split: rank ", r, " is not in this group of ", size_,
                 " ranks");
+  }
+  // torch's ProcessGroup::splitGroup calls split once per device type this
+  // backend serves (CPU and CUDA), with one store object: torch 2.13 on every
+  // rank, 2.14 only where the first call returned nullptr (ranks outside the
+  // new group). A repeated call for the same split gets the first call's
+  // answer, without a second collective that the other ranks may not make.
+  // The store is kept so that its address cannot be reused meanwhile.
+  if (store && store == last_split_store_) {
+    return last_split_member_ ? last_split_child_.lock() : nullptr;
   }
   // One colour per new group: its lowest rank.
   const int color = member ? *std::min_element(ranks.begin(), ranks.end()) : SMDDP_SPLIT_NOCOLOR;
@@ -313,10 +322,16 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::split(
   if (st != SMDDP_OK) {
     fail_issue("split", st);
   }
+  last_split_store_ = store;
+  last_split_member_ = child != nullptr;
   if (child == nullptr) {
+    last_split_child_ = c10::weak_intrusive_ptr<c10d::Backend>(
+        c10::intrusive_ptr<c10d::Backend>());
     return nullptr;
   }
-  return adopt_child(child, opts);
+  auto backend = adopt_child(child, opts);
+  last_split_child_ = c10::weak_intrusive_ptr<c10d::Backend>(backend);
+  return backend;
 }
 
 #ifdef SMDDP_C10D_BACKEND_HAS_SHRINK

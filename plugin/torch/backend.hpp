@@ -383,6 +383,12 @@ class ProcessGroupSMDDP : public c10d::Backend {
   std::atomic<bool> coalescing_{false};
   std::thread::id coalescing_thread_;
   std::vector<c10::intrusive_ptr<WorkSMDDP>> coalesced_;  // that thread's works so far
+  // This rank's last split (see split()): its store, whether this rank was
+  // in the new group, and the new group's backend.
+  c10::intrusive_ptr<c10d::Store> last_split_store_;
+  bool last_split_member_ = false;
+  c10::weak_intrusive_ptr<c10d::Backend> last_split_child_{
+      c10::intrusive_ptr<c10d::Backend>()};
   std::mutex abort_hooks_mutex_;
   std::map<int64_t, std::function<void()>> abort_hooks_;
   std::atomic<bool> abort_hooks_ran_{false};
