@@ -363,6 +363,8 @@ class ProcessGroupSMDDP : public c10d::Backend {
                             std::vector<at::Tensor>& outs, const at::Tensor& input);
   void issue_allgather_base(const c10::intrusive_ptr<WorkSMDDP>& work, const at::Tensor& output,
                             const at::Tensor& input);
+  void issue_gather_base(const c10::intrusive_ptr<WorkSMDDP>& work, const at::Tensor& output,
+                         const at::Tensor& input, int root);
   void issue_reduce_scatter_base(const c10::intrusive_ptr<WorkSMDDP>& work,
                                  const at::Tensor& output, const at::Tensor& input,
                                  const c10d::ReduceOp& rop);

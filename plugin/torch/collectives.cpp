@@ -49,7 +49,7 @@ static void check_allgather_list(const std::vector<at::Tensor>& outs, const at::
     TORCH_CHECK(o.numel() == input.numel(), "smddp allgather: an output tensor has ", o.numel(),
                 " elements, the input ", input.numel());
   }
-  (void)to_smddp_dtype(input.scalar_type(), false);
+  (void)to_smddp_dtype(input.scalar_type(), false);  // a dtype smddp lacks: refused here
 }
 
 static SmddpReduction check_reduce_scatter_base(const at::Tensor& output,
@@ -388,6 +388,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall(std::vector<at::Tenso
   return enqueue(work);
 }
 
+// The gather into output (the root's world size x input; undefined elsewhere)
+// of work, whose stream, on CUDA, comes from the input where it has none.
+void ProcessGroupSMDDP::issue_gather_base(const c10::intrusive_ptr<WorkSMDDP>& work,
+                                          const at::Tensor& output, const at::Tensor& input,
+                                          int root) {
+  smddp_dtype_t dt = to_smddp_dtype(input.scalar_type(), false);
+  if (!work->stream_ && input.is_cuda()) {
+    // A non-root has no outputs to take the stream from: without one the
+    // gather would read its input whenever the progress thread got to it, not
+    // in the caller's stream order (as the input's next writer expects).
+    work->stream_ = c10::impl::getDeviceGuardImpl(input.device().type())->getStream(input.device());
+  }
+  at::Tensor in = stage_in(*work, input);
+  at::Tensor out = output.defined() ? stage_inout(*work, output) : at::Tensor();
+  smddp_coll_attr_t attr = attr_for(in);
+  issue(*work, "gather", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
+    return smddp_gather(comm_, in.data_ptr(), out.defined() ? out.data_ptr() : nullptr,
+                        in.numel(), dt, root, a, r);
+  });
+}
+
 #ifdef SMDDP_C10D_BACKEND_HAS_GATHER_SINGLE
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather_single(at::Tensor& output,
                                                                 at::Tensor& input,
@@ -396,7 +417,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather_single(at::Tensor& outp
   const int root = static_cast<int>(opts.rootRank);
   TORCH_CHECK(root >= 0 && root < size_, "smddp gather_single: root ", root,
               " is not a rank of this group (0..", size_ - 1, ")");
-  smddp_dtype_t dt = to_smddp_dtype(input.scalar_type(), false);
+  (void)to_smddp_dtype(input.scalar_type(), false);  // a dtype smddp lacks: refused here
   std::vector<at::Tensor> outs;
   if (rank_ == root) {
     check_tensor(output, "gather_single");
@@ -407,19 +428,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather_single(at::Tensor& outp
     outs.push_back(output);
   }
   auto work = new_work(c10d::OpType::GATHER, outs, opts);
-  if (!work->stream_ && input.is_cuda()) {
-    work->stream_ = c10::impl::getDeviceGuardImpl(input.device().type())->getStream(input.device());
-  }
-  at::Tensor in = stage_in(*work, input);
-  at::Tensor out;
-  if (rank_ == root) {
-    out = stage_inout(*work, output);
-  }
-  smddp_coll_attr_t attr = attr_for(in);
-  issue(*work, "gather_single", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
-    return smddp_gather(comm_, in.data_ptr(), out.defined() ? out.data_ptr() : nullptr,
-                        in.numel(), dt, root, a, r);
-  });
+  issue_gather_base(work, rank_ == root ? output : at::Tensor(), input, root);
   return enqueue(work);
 }
 #endif
@@ -431,7 +440,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather(
   const at::Tensor& input = inputs[0];
   check_tensor(input, "gather");
   const int root = static_cast<int>(opts.rootRank);
-  smddp_dtype_t dt = to_smddp_dtype(input.scalar_type(), false);
+  (void)to_smddp_dtype(input.scalar_type(), false);  // a dtype smddp lacks: refused here
   std::vector<at::Tensor> outs;
   if (rank_ == root) {
     TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
@@ -446,22 +455,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather(
     }
   }
   auto work = new_work(c10d::OpType::GATHER, outs, opts);
-  if (!work->stream_ && input.is_cuda()) {
-    // A non-root has no outputs to take the stream from: without one the
-    // gather would read its input whenever the progress thread got to it, not
-    // in the caller's stream order (as the input's next writer expects).
-    work->stream_ = c10::impl::getDeviceGuardImpl(input.device().type())->getStream(input.device());
-  }
-  at::Tensor in = stage_in(*work, input);
   at::Tensor flat;
   if (rank_ == root) {
-    flat = at::empty({input.numel() * size_}, in.options());
-    keep(*work, flat);
+    flat = at::empty({input.numel() * size_},
+                     input.options().memory_format(at::MemoryFormat::Contiguous));
   }
-  smddp_coll_attr_t attr = attr_for(in);
-  issue(*work, "gather", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
-    return smddp_gather(comm_, in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, in.numel(), dt, root, a, r);
-  });
+  issue_gather_base(work, flat, input, root);
   if (rank_ == root) {
     then(*work, [flat, outs]() mutable {
       for (size_t i = 0; i < outs.size(); ++i) {
