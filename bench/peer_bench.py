@@ -4,6 +4,13 @@
     python3 bench/peer_bench.py [-n 2|4] [--dtypes fp32,bf16] [--ops allreduce,allgather]
                                 [--min 8] [--max 64M] [--factor 4] [--rounds 3] [--out DIR]
 
+smddp is measured two ways: through torch.distributed (dist.all_reduce,
+dist.all_gather_into_tensor's single-tensor form) and through its direct calls,
+smddp.all_reduce and smddp.all_gather_into_tensor (no Work, no dispatcher). Each
+peer is compared with smddp's call of the same kind: gloo with smddp through
+torch.distributed; DeepSpeed's inference_all_reduce and MPI, which are direct
+calls on a buffer, with smddp's direct calls.
+
 Peers, each measured in the same processes as smddp:
   - gloo: torch.distributed's gloo backend;
   - deepspeed: DeepSpeed's shared-memory allreduce, deepspeed.comm.inference_all_reduce
@@ -39,7 +46,10 @@ import traceback
 from torch_bench import (all_gather, fmt_size, free_port, parse_size, pin,  # same folder
                          slowest_mean)
 
-PEERS = ("smddp", "gloo", "deepspeed", "mpi")
+SMDDP = ("smddp", "smddp-direct")  # through torch.distributed; smddp.all_reduce etc.
+PEERS = SMDDP + ("gloo", "deepspeed", "mpi")
+# Each peer against smddp's call of the same kind.
+REF = {"gloo": "smddp", "deepspeed": "smddp-direct", "mpi": "smddp-direct"}
 OPS = ("allreduce", "allgather")
 DTYPES = ("fp32", "bf16")
 
@@ -50,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("-n", "--ranks", type=int, default=2, choices=(2, 4), help="ranks (2 or 4)")
     p.add_argument("--dtypes", default="fp32,bf16", help="fp32 and/or bf16 (default both)")
     p.add_argument("--ops", default="allreduce,allgather", help="allreduce and/or allgather")
-    p.add_argument("--peers", default=",".join(PEERS[1:]), help="peers beside smddp")
+    p.add_argument("--peers", default=",".join(REF), help="peers beside smddp")
     p.add_argument("--min", type=parse_size, default=8, help="smallest size in bytes (default 8)")
     p.add_argument("--max", type=parse_size, default=64 << 20, help="largest (default 64M)")
     p.add_argument("--factor", type=int, default=4, help="size step down from --max (default /4)")
@@ -65,7 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.dtypes = [d for d in a.dtypes.split(",") if d]
     a.ops = [o for o in a.ops.split(",") if o]
     a.peers = [x for x in a.peers.split(",") if x]
-    for what, got, ok in (("dtype", a.dtypes, DTYPES), ("op", a.ops, OPS), ("peer", a.peers, PEERS[1:])):
+    for what, got, ok in (("dtype", a.dtypes, DTYPES), ("op", a.ops, OPS), ("peer", a.peers, tuple(REF))):
         bad = [x for x in got if x not in ok]
         if bad or not got:
             p.error(f"--{what}s: {', '.join(bad) or 'none given'}; accepted: {', '.join(ok)}")
@@ -103,6 +113,9 @@ def make_peers(args, dist, torch, ctl, mpi_comm):
     gather = all_gather(dist)  # the name torch does not warn about on every call
     peers.append(Peer("smddp", lambda t: dist.all_reduce(t, group=sm),
                       lambda o, i: gather(o, i, group=sm)))
+    import smddp
+    peers.append(Peer("smddp-direct", lambda t: smddp.all_reduce(t, group=sm),
+                      lambda o, i: smddp.all_gather_into_tensor(o, i, group=sm)))
     if "gloo" in args.peers:
         peers.append(Peer("gloo", lambda t: dist.all_reduce(t, group=gl),
                           lambda o, i: gather(o, i, group=gl)))
@@ -245,26 +258,31 @@ def report(args, rows, skipped, present) -> None:
         for r in rows:
             w.writerow([r[0], r[1], r[2], r[3], r[4], f"{r[5]:.2f}", r[6]])
     by = {(r[0], r[1], r[3], r[4]): r for r in rows}
-    others = [p for p in PEERS[1:] if p in present]
+    others = [p for p in REF if p in present]
     ahead = total = 0
     behind = []
     for op in args.ops:
         for dt in args.dtypes:
             cols = [p for p in others if any((op, dt, s, p) in by for s in sizes(args))]
             print(f"\n## {op}{' (sum)' if op == 'allreduce' else ''}, {dt}, {args.ranks} ranks "
-                  f"(us per call, best of {args.rounds} rounds; peer / smddp: above 1, smddp is faster)\n")
-            head = "| size | smddp | " + " | ".join(f"{p} | {p} / smddp" for p in cols) + " |"
+                  f"(us per call, best of {args.rounds} rounds; peer / smddp: above 1, smddp is "
+                  f"faster; smddp = dist.{'all_reduce' if op == 'allreduce' else 'all_gather_into_tensor'}, "
+                  f"smddp-direct = smddp.{'all_reduce' if op == 'allreduce' else 'all_gather_into_tensor'}; "
+                  f"{', '.join(f'{p} against {REF[p]}' for p in cols)})\n")
+            head = ("| size | " + " | ".join(SMDDP) + " | "
+                    + " | ".join(f"{p} | {p} / {REF[p]}" for p in cols) + " |")
             print(head)
-            print("|---:|---:|" + "---:|---:|" * len(cols))
+            print("|---:|" + "---:|" * len(SMDDP) + "---:|---:|" * len(cols))
             for s in sizes(args):
-                me = by.get((op, dt, s, "smddp"))
-                if not me:
+                mine = {m: by.get((op, dt, s, m)) for m in SMDDP}
+                if not any(mine.values()):
                     continue
-                cells = [fmt_size(s), f"{me[5]:.1f}" + (" WRONG" if me[6] else "")]
+                cells = [fmt_size(s)] + [
+                    (f"{r[5]:.1f}" + (" WRONG" if r[6] else "")) if r else "" for r in mine.values()]
                 for p in cols:
-                    r = by.get((op, dt, s, p))
-                    if not r:
-                        cells += ["", ""]
+                    r, me = by.get((op, dt, s, p)), mine[REF[p]]
+                    if not r or not me:
+                        cells += [f"{r[5]:.1f}" if r else "", ""]
                         continue
                     ratio = r[5] / me[5]
                     cells += [f"{r[5]:.1f}" + (" WRONG" if r[6] else ""), f"{ratio:.2f}"]

@@ -93,6 +93,23 @@ WorkSMDDP::~WorkSMDDP() {
   }
 }
 
+// "smddp ALLREDUCE on group 0 (default_pg) failed (timed out): <libsmddp's
+// message>": torch's name for the group (and its description), as NCCL's
+// errors give them, where backend is known and named.
+static std::string op_failure(c10d::OpType type, const c10d::Backend* backend, smddp_comm_t comm,
+                              smddp_status_t status) {
+  std::ostringstream msg;
+  msg << "smddp " << c10d::opTypeToString(type);
+  if (backend != nullptr && !backend->getGroupUid().empty()) {
+    msg << " on group " << backend->getGroupUid();
+    if (!backend->getGroupDesc().empty()) {
+      msg << " (" << backend->getGroupDesc() << ")";
+    }
+  }
+  msg << " failed (" << smddp_status_string(status) << "): " << comm_error(comm);
+  return msg.str();
+}
+
 void WorkSMDDP::on_request_done(void* arg, smddp_status_t status) {
   auto* work = static_cast<WorkSMDDP*>(arg);
   if (status != SMDDP_OK) {
@@ -100,19 +117,11 @@ void WorkSMDDP::on_request_done(void* arg, smddp_status_t status) {
       // The work's backend is always this group's (new_work).
       static_cast<ProcessGroupSMDDP*>(backend.get())->run_abort_hooks();
     }
-    std::ostringstream msg;
-    msg << "smddp " << c10d::opTypeToString(work->opType_);
-    // torch's name for the group (and its description), as NCCL's errors give them.
-    if (auto backend = work->backend_.lock(); backend && !backend->getGroupUid().empty()) {
-      msg << " on group " << backend->getGroupUid();
-      if (!backend->getGroupDesc().empty()) {
-        msg << " (" << backend->getGroupDesc() << ")";
-      }
-    }
-    msg << " failed (" << smddp_status_string(status) << "): " << comm_error(work->comm_);
+    auto backend = work->backend_.lock();
+    std::string msg = op_failure(work->opType_, backend.get(), work->comm_, status);
     std::lock_guard<std::mutex> lock(work->error_mutex_);
     if (work->error_.empty()) {
-      work->error_ = msg.str();
+      work->error_ = std::move(msg);
     }
   }
   work->release_pending();
@@ -661,6 +670,24 @@ void ProcessGroupSMDDP::fail_issue(const char* fn, smddp_status_t st) {
   std::ostringstream msg;
   msg << "smddp " << fn << " failed (" << smddp_status_string(st) << "): " << issue_error(comm_);
   throw_backend_error(msg.str());
+}
+
+void ProcessGroupSMDDP::fail_now(c10d::OpType type, const char* fn, smddp_status_t st) {
+  if (st == SMDDP_ERR_INVALID_ARGUMENT || st == SMDDP_ERR_NOT_SUPPORTED) {
+    fail_issue(fn, st);  // refused: nothing ran
+  }
+  run_abort_hooks();  // it ran and failed: the group is broken
+  throw_backend_error(op_failure(type, this, comm_, st));
+}
+
+bool ProcessGroupSMDDP::runs_now(const at::Tensor& t) {
+  TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
+  bool hooked = false;
+#ifdef SMDDP_C10D_BACKEND_HAS_COMPLETION_HOOK
+  hooked = hasHooks();
+#endif
+  return t.device().is_cpu() && t.is_contiguous() && !hooked &&
+         !timing_.load(std::memory_order_relaxed) && !coalescing_.load(std::memory_order_relaxed);
 }
 
 // Returns a contiguous tensor with t's values that libsmddp may use; when t

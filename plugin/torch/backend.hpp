@@ -281,6 +281,16 @@ class ProcessGroupSMDDP : public c10d::Backend {
   void waitForPendingWorks() override;
 #endif
 
+  // smddp.all_reduce and smddp.all_gather_into_tensor: the collective runs
+  // on the calling thread and has completed when these return (libsmddp's
+  // blocking call), with no Work, Future or dispatcher in between. Where a
+  // Work is needed for the same result (a tensor libsmddp cannot use in
+  // place: not contiguous or not on the CPU; a group that is coalescing, or
+  // that has completion hooks or timing on), they issue through the usual
+  // path and wait for it. A failure throws what a work's wait() would.
+  void allreduce_now(at::Tensor& tensor, const c10d::ReduceOp& rop);
+  void allgather_now(at::Tensor& output, at::Tensor& input);
+
   // Writes libsmddp's flight recorder of this group's communicator to path,
   // or "" for SMDDP_TRACE_DIR's file (smddp_comm_dump_trace); returns the
   // path written; throws with libsmddp's message on failure.
@@ -296,6 +306,10 @@ class ProcessGroupSMDDP : public c10d::Backend {
 
  private:
   // The backend of a communicator split or shrunk from this one: opts' timeout, else this one's.
+  // Whether t can go to libsmddp's blocking call without a Work (allreduce_now).
+  bool runs_now(const at::Tensor& t);
+  // Throws for a blocking call of type (fn: its name in refusals) that returned st.
+  [[noreturn]] void fail_now(c10d::OpType type, const char* fn, smddp_status_t st);
   c10::intrusive_ptr<c10d::Backend> adopt_child(smddp_comm_t child,
                                                 const c10::intrusive_ptr<Options>& opts);
   c10::intrusive_ptr<c10d::Work> recv_from(std::vector<at::Tensor>& tensors, int srcRank, int tag);

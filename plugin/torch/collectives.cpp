@@ -206,6 +206,40 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_allgather_base(
   return enqueue(work);
 }
 
+void ProcessGroupSMDDP::allreduce_now(at::Tensor& tensor, const c10d::ReduceOp& rop) {
+  SmddpReduction op = check_allreduce(tensor, rop);
+  if (!runs_now(tensor)) {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = rop;
+    allreduce(tensors, opts)->wait();
+    return;
+  }
+  smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+  attr.premul_factor = op.factor;
+  ++seq_;
+  smddp_status_t st = smddp_allreduce(comm_, tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                                      op.dtype, op.op, &attr, nullptr);
+  if (st != SMDDP_OK) {
+    fail_now(c10d::OpType::ALLREDUCE, "allreduce", st);
+  }
+}
+
+void ProcessGroupSMDDP::allgather_now(at::Tensor& output, at::Tensor& input) {
+  smddp_dtype_t dt = check_allgather_base(output, input, size_);
+  if (!runs_now(input) || !runs_now(output)) {
+    c10d::AllgatherOptions opts;
+    _allgather_base(output, input, opts)->wait();
+    return;
+  }
+  ++seq_;
+  smddp_status_t st = smddp_allgather(comm_, input.data_ptr(), output.data_ptr(), input.numel(),
+                                      dt, nullptr, nullptr);
+  if (st != SMDDP_OK) {
+    fail_now(c10d::OpType::_ALLGATHER_BASE, "allgather", st);
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {

@@ -4,6 +4,8 @@
 
 #include <torch/csrc/utils/pybind.h>
 
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
 #include "backend.hpp"
 
 #ifndef SMDDP_TORCH_VERSION
@@ -21,6 +23,13 @@ smddp_torch::ProcessGroupSMDDP* smddp_backend(const c10::intrusive_ptr<c10d::Bac
   TORCH_CHECK(pg != nullptr, "smddp.", fn, ": the group's CPU backend is ",
               backend ? backend->getBackendName() : std::string("none"), ", not smddp");
   return pg;
+}
+
+// group's smddp backend for tensors on t's device, for smddp.<fn>.
+smddp_torch::ProcessGroupSMDDP* smddp_backend_for(
+    const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& t, const char* fn) {
+  TORCH_CHECK(group, "smddp.", fn, ": no process group given");
+  return smddp_backend(group->getBackend(t.device().type()), fn);
 }
 
 }  // namespace
@@ -81,6 +90,34 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("backend"),
       "The straggler telemetry of an smddp backend's communicator, as a dict.");
+  // smddp.all_reduce: the reduce op as torch's ReduceOp.SUM etc. (a
+  // RedOpType, taken without pybind11's implicit conversion), or a ReduceOp.
+  m.def(
+      "all_reduce",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor& tensor,
+         c10d::ReduceOp::RedOpType op) {
+        smddp_backend_for(group, tensor, "all_reduce")->allreduce_now(tensor, c10d::ReduceOp(op));
+      },
+      py::arg("group"), py::arg("tensor"), py::arg("op"),
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "all_reduce",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor& tensor,
+         const c10d::ReduceOp& op) {
+        smddp_backend_for(group, tensor, "all_reduce")->allreduce_now(tensor, op);
+      },
+      py::arg("group"), py::arg("tensor"), py::arg("op"),
+      "Allreduce of tensor in place over group, finished when it returns.",
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "all_gather_into_tensor",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor& output,
+         at::Tensor& input) {
+        smddp_backend_for(group, input, "all_gather_into_tensor")->allgather_now(output, input);
+      },
+      py::arg("group"), py::arg("output"), py::arg("input"),
+      "Allgather of input into output (world size x input) over group, finished when it returns.",
+      py::call_guard<py::gil_scoped_release>());
   m.def(
       "abort_work", [](const c10::intrusive_ptr<c10d::Work>& work) { work->abort(); },
       py::arg("work"), "Calls Work::abort() of a torch.distributed Work.",

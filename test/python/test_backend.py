@@ -1127,6 +1127,112 @@ def test_mismatched_counts_raise_with_check_order():
     run_ranks(_check_mismatch_raises, 2, env={"SMDDP_CHECK_ORDER": "1"})
 
 
+def _check_direct_calls(rank, world, gloo):
+    """smddp.all_reduce and smddp.all_gather_into_tensor (no Work) give torch's results."""
+    import warnings
+
+    import smddp
+
+    failures = []
+    for dtype in FLOATS + INTS:
+        for op in _ops_for(dtype):
+            factor = 0.5 if op == "premul_sum" else None
+            x = _data(dtype, rank, salt=len(op) + 7)
+            want = _reduce_local(_gather_gloo(x, world, gloo), op, world, factor)
+            got = x.clone()
+            smddp.all_reduce(got, _reduce_op(op, factor))
+            _compare(failures, f"smddp.all_reduce {dtype} {op}", got, want,
+                     exact=op not in ("avg", "premul_sum"))
+    # Default op (SUM) and group; sizes 0, 1 and odd; against gloo's own allreduce.
+    for n in (0, 1, 4099):
+        x = _data(torch.float32, rank, n=n, salt=3)
+        ref = x.clone()
+        dist.all_reduce(ref, group=gloo)
+        smddp.all_reduce(x)
+        _compare(failures, f"smddp.all_reduce n={n} vs gloo", x, ref)
+    # A strided view takes the Work path: reduced in place, the rest untouched.
+    base = _data(torch.float32, rank, n=64, salt=4).reshape(8, 8)
+    view = base[:, ::2]
+    want = _reduce_local(_gather_gloo(view.contiguous(), world, gloo), "sum", world)
+    untouched = base[:, 1::2].clone()
+    smddp.all_reduce(view, group=dist.group.WORLD)
+    _compare(failures, "smddp.all_reduce non-contiguous", view.contiguous(), want)
+    _compare(failures, "smddp.all_reduce non-contiguous: other columns", base[:, 1::2], untouched)
+    # Between asynchronous works of the same group: issue order holds.
+    a, b, c = (_data(torch.float32, rank, n=1000, salt=s) for s in (11, 12, 13))
+    wants = [_reduce_local(_gather_gloo(t, world, gloo), "sum", world) for t in (a, b, c)]
+    wa = dist.all_reduce(a, async_op=True)
+    smddp.all_reduce(b)
+    wc = dist.all_reduce(c, async_op=True)
+    wa.wait()
+    wc.wait()
+    for name, t, w in (("first async", a, wants[0]), ("direct", b, wants[1]),
+                       ("second async", c, wants[2])):
+        _compare(failures, f"smddp.all_reduce between works: {name}", t, w)
+    # all_gather_into_tensor, against gloo's.
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.uint8):
+        for n in (0, 1, 37):
+            x = _data(dtype, rank, n=n, salt=5)
+            ref = torch.empty(world * n, dtype=dtype)
+            dist.all_gather_into_tensor(ref, x, group=gloo)
+            got = torch.full((world * n,), 7, dtype=dtype)
+            smddp.all_gather_into_tensor(got, x)
+            _compare(failures, f"smddp.all_gather_into_tensor {dtype} n={n} vs gloo", got, ref)
+    try:
+        smddp.all_gather_into_tensor(torch.empty(world * 4 + 1), torch.ones(4))
+        failures.append("all_gather_into_tensor with a wrong output size did not raise")
+    except RuntimeError as err:
+        if "expected world size" not in str(err):
+            failures.append(f"wrong output size: the error does not say what is expected: {err}")
+    try:
+        smddp.all_reduce(torch.ones(2), group=gloo)
+        failures.append("smddp.all_reduce on a gloo group did not raise")
+    except RuntimeError as err:
+        if "not smddp" not in str(err):
+            failures.append(f"gloo group: the error does not say why: {err}")
+    # A subgroup, and a rank outside it (torch's no-op, with a warning).
+    sub = dist.new_group(ranks=[0, 1], backend="smddp")
+    x = torch.full((5,), float(rank + 1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        smddp.all_reduce(x, group=sub)
+    if rank < 2:
+        _compare(failures, "smddp.all_reduce on a subgroup", x, torch.full((5,), 3.0))
+    else:
+        _compare(failures, "smddp.all_reduce outside the subgroup", x, torch.full((5,), 3.0))
+        if not any("not a member" in str(w.message) for w in caught):
+            failures.append("smddp.all_reduce outside the group did not warn")
+    return failures
+
+
+def _check_direct_call_fails(rank, world, gloo):
+    """A direct call whose peer never comes raises at the group's timeout, as wait() would."""
+    import time
+
+    import smddp
+
+    failures = []
+    sub = dist.new_group(backend="smddp", timeout=timedelta(seconds=2))
+    if rank == 1:
+        time.sleep(4)  # never joins
+        return failures
+    start = time.monotonic()
+    try:
+        smddp.all_reduce(torch.ones(4), group=sub)
+        failures.append("smddp.all_reduce without its peer returned")
+    except dist.DistBackendError as err:
+        took = time.monotonic() - start
+        if not 1.5 < took < 4:
+            failures.append(f"raised after {took:.1f} s; the group's timeout is 2 s")
+        if "ALLREDUCE" not in str(err) or "timed out" not in str(err):
+            failures.append(f"the error does not name the op and the timeout: {err}")
+    return failures
+
+
+def test_direct_call_fails_at_the_timeout():
+    run_ranks(_check_direct_call_fails, 2)
+
+
 # Each check against gloo's result: every op x dtype for allreduce; broadcast,
 # reduce, gather, scatter; allgather and reduce_scatter; alltoall with even and
 # uneven splits; send/recv and barrier.
@@ -1137,6 +1243,7 @@ COLLECTIVE_CHECKS = {
     "alltoall": _check_alltoall,
     "send_recv_barrier": _check_p2p_and_barrier,
     "coalescing": _check_coalescing,
+    "direct_calls": _check_direct_calls,
 }
 
 

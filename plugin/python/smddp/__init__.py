@@ -227,6 +227,70 @@ def peer_states(group=None) -> list:
     return _C.peer_states(backend)
 
 
+_fast = None  # (smddp._C, torch's _world, ReduceOp.SUM, NON_GROUP_MEMBER), at the first call
+
+
+def _fast_path():
+    global _fast
+    if _load_error is not None:
+        raise RuntimeError(f"the smddp backend is not available: {_load_error}")
+    import torch.distributed.distributed_c10d as c10d
+    from smddp import _C
+
+    _fast = (_C, c10d._world, c10d.ReduceOp.SUM, c10d.GroupMember.NON_GROUP_MEMBER)
+    return _fast
+
+
+def _now_group(group, fast, fn: str):
+    """group, or the default group; None where this rank is not a member (torch's no-op)."""
+    if group is None:
+        group = fast[1].default_pg
+        if group is None:
+            raise RuntimeError(f"smddp.{fn}: torch.distributed is not initialised "
+                               "(call init_process_group first)")
+    elif group is fast[3]:
+        import warnings
+
+        warnings.warn(f"smddp.{fn}: this rank is not a member of the group; nothing done",
+                      stacklevel=3)
+        return None
+    return group
+
+
+def all_reduce(tensor, op=None, group=None) -> None:
+    """``torch.distributed.all_reduce(tensor, op, group)`` on an smddp group, done on return.
+
+    The same collective and result as torch's synchronous call, for tensor
+    parallelism and other small, frequent allreduces (the place of
+    DeepSpeed's ``inference_all_reduce``): libsmddp runs it on the calling
+    thread, with no Work, Future or dispatcher in between. op: a
+    ``torch.distributed.ReduceOp`` (default SUM). group: a process group
+    whose backend for the tensor's device is smddp (default: the default
+    group). Every rank of the group must call it, in the same order as its
+    other collectives on that group. There is no ``async_op``; use
+    ``torch.distributed.all_reduce`` for a Work. Errors are those of a
+    failed Work's ``wait()``.
+    """
+    fast = _fast or _fast_path()
+    group = _now_group(group, fast, "all_reduce")
+    if group is not None:
+        fast[0].all_reduce(group, tensor, fast[2] if op is None else op)
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None) -> None:
+    """``torch.distributed.all_gather_into_tensor(output, input, group)`` on an smddp group,
+    done on return.
+
+    output_tensor holds world size x input_tensor's elements, rank r's at r x
+    numel, as with torch's call. Runs as ``smddp.all_reduce`` does: on the
+    calling thread, with no Work, Future or dispatcher.
+    """
+    fast = _fast or _fast_path()
+    group = _now_group(group, fast, "all_gather_into_tensor")
+    if group is not None:
+        fast[0].all_gather_into_tensor(group, output_tensor, input_tensor)
+
+
 def abort_work(work) -> None:
     """Aborts a Work that has not completed (torch's C++ ``Work::abort()``).
 
