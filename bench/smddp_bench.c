@@ -196,6 +196,10 @@ static MPI_Datatype mpi_type(smddp_dtype_t t)
     case SMDDP_UINT8: return MPI_UINT8_T;
     case SMDDP_INT32: return MPI_INT32_T;
     case SMDDP_INT64: return MPI_INT64_T;
+    case SMDDP_INT16: return MPI_INT16_T;
+    case SMDDP_UINT16: return MPI_UINT16_T;
+    case SMDDP_UINT32: return MPI_UINT32_T;
+    case SMDDP_UINT64: return MPI_UINT64_T;
     case SMDDP_FLOAT32: return MPI_FLOAT;
     case SMDDP_FLOAT64: return MPI_DOUBLE;
     default: die("MPI has no %s type", smddp_dtype_name(t)); return MPI_DATATYPE_NULL;
@@ -314,6 +318,10 @@ static void put(void *buf, smddp_dtype_t t, size_t i, double v)
     case SMDDP_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
     case SMDDP_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
     case SMDDP_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case SMDDP_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
+    case SMDDP_UINT16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
+    case SMDDP_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case SMDDP_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
     case SMDDP_FLOAT16: ((uint16_t *)buf)[i] = f32_to_f16((float)v); break;
     case SMDDP_BFLOAT16: ((uint16_t *)buf)[i] = f32_to_bf16((float)v); break;
     case SMDDP_FLOAT32: ((float *)buf)[i] = (float)v; break;
@@ -339,6 +347,10 @@ static double get(const void *buf, smddp_dtype_t t, size_t i)
     case SMDDP_UINT8: return ((const uint8_t *)buf)[i];
     case SMDDP_INT32: return ((const int32_t *)buf)[i];
     case SMDDP_INT64: return (double)((const int64_t *)buf)[i];
+    case SMDDP_INT16: return ((const int16_t *)buf)[i];
+    case SMDDP_UINT16: return ((const uint16_t *)buf)[i];
+    case SMDDP_UINT32: return ((const uint32_t *)buf)[i];
+    case SMDDP_UINT64: return (double)((const uint64_t *)buf)[i];
     case SMDDP_FLOAT16: {
         uint16_t h = ((const uint16_t *)buf)[i];
         if ((h & 0x7fff) == 0) return 0;
@@ -406,7 +418,9 @@ static int64_t count_wrong(const bench_args_t *a, const void *send, const void *
             double want = reduce_expected(a->redop, i);
             if (a->redop == SMDDP_AVG) {
                 want /= nranks;
-                if (a->dtype < SMDDP_FLOAT16) want = trunc(want);
+                bool fl = a->dtype == SMDDP_FLOAT16 || a->dtype == SMDDP_BFLOAT16 ||
+                          a->dtype == SMDDP_FLOAT32 || a->dtype == SMDDP_FLOAT64;
+                if (!fl) want = trunc(want);
             }
             if (a->dtype == SMDDP_INT8) want = (int8_t)(int64_t)want;
             if (a->dtype == SMDDP_UINT8) want = (uint8_t)(int64_t)want;

@@ -16,6 +16,8 @@ static const struct {
     [SMDDP_INT32] = {4, "int32"},       [SMDDP_INT64] = {8, "int64"},
     [SMDDP_FLOAT16] = {2, "float16"},   [SMDDP_BFLOAT16] = {2, "bfloat16"},
     [SMDDP_FLOAT32] = {4, "float32"},   [SMDDP_FLOAT64] = {8, "float64"},
+    [SMDDP_INT16] = {2, "int16"},       [SMDDP_UINT16] = {2, "uint16"},
+    [SMDDP_UINT32] = {4, "uint32"},     [SMDDP_UINT64] = {8, "uint64"},
 };
 
 size_t smddp__dtype_size(smddp_dtype_t dtype)

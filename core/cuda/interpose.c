@@ -55,12 +55,14 @@ static bool map_dtype(int nccl, smddp_dtype_t *out)
     case SMDDP_NCCL_INT8: *out = SMDDP_INT8; return true;
     case SMDDP_NCCL_UINT8: *out = SMDDP_UINT8; return true;
     case SMDDP_NCCL_INT32: *out = SMDDP_INT32; return true;
+    case SMDDP_NCCL_UINT32: *out = SMDDP_UINT32; return true;
     case SMDDP_NCCL_INT64: *out = SMDDP_INT64; return true;
+    case SMDDP_NCCL_UINT64: *out = SMDDP_UINT64; return true;
     case SMDDP_NCCL_FLOAT16: *out = SMDDP_FLOAT16; return true;
     case SMDDP_NCCL_FLOAT32: *out = SMDDP_FLOAT32; return true;
     case SMDDP_NCCL_FLOAT64: *out = SMDDP_FLOAT64; return true;
     case SMDDP_NCCL_BFLOAT16: *out = SMDDP_BFLOAT16; return true;
-    default: return false; /* uint32, uint64, fp8 */
+    default: return false; /* fp8 */
     }
 }
 
@@ -82,7 +84,7 @@ const char *smddp__ipose_route(const smddp__ipose_call_t *c, smddp_dtype_t *dtyp
                             "communication backend is nccl)";
     if (!SMDDP_HAVE_CUDA) return "this libsmddp was built without CUDA";
     if (c->in_group) return "the call is inside ncclGroupStart/ncclGroupEnd";
-    if (!map_dtype(c->nccl_dtype, dtype)) return "smddp has no such dtype (uint32, uint64, fp8)";
+    if (!map_dtype(c->nccl_dtype, dtype)) return "smddp has no such dtype (fp8)";
     *op = SMDDP_SUM;
     if (c->kind != SMDDP_IPOSE_ALLGATHER && !map_op(c->nccl_op, op))
         return "the reduction is a custom NCCL op (ncclRedOpCreatePreMulSum)";

@@ -49,6 +49,10 @@ ELEM(SMDDP_INT8, int8_t, i8, int8_t, int, false, s, a)
 ELEM(SMDDP_UINT8, uint8_t, u8, uint8_t, int, false, s, a)
 ELEM(SMDDP_INT32, int32_t, i32, int32_t, int32_t, false, s, a)
 ELEM(SMDDP_INT64, int64_t, i64, int64_t, int64_t, false, s, a)
+ELEM(SMDDP_INT16, int16_t, i16, int16_t, int, false, s, a)
+ELEM(SMDDP_UINT16, uint16_t, u16, uint16_t, int, false, s, a)
+ELEM(SMDDP_UINT32, uint32_t, u32, uint32_t, uint32_t, false, s, a)
+ELEM(SMDDP_UINT64, uint64_t, u64, uint64_t, uint64_t, false, s, a)
 ELEM(SMDDP_FLOAT32, float, f32, float, float, true, s, smddp__canon_f32(a))
 ELEM(SMDDP_FLOAT64, double, f64, double, double, true, s, smddp__canon_f64(a))
 ELEM(SMDDP_BFLOAT16, uint16_t, f32, float, float, true, smddp__bf16_to_fp32(s), smddp__store_bf16(a))
@@ -203,6 +207,10 @@ extern "C" int smddp__cuda_reduce(const smddp__reduce_spec_t *spec, void *dst,
     case SMDDP_UINT8: return dispatch<SMDDP_UINT8>(spec, dst, s, nsrc, count, st);
     case SMDDP_INT32: return dispatch<SMDDP_INT32>(spec, dst, s, nsrc, count, st);
     case SMDDP_INT64: return dispatch<SMDDP_INT64>(spec, dst, s, nsrc, count, st);
+    case SMDDP_INT16: return dispatch<SMDDP_INT16>(spec, dst, s, nsrc, count, st);
+    case SMDDP_UINT16: return dispatch<SMDDP_UINT16>(spec, dst, s, nsrc, count, st);
+    case SMDDP_UINT32: return dispatch<SMDDP_UINT32>(spec, dst, s, nsrc, count, st);
+    case SMDDP_UINT64: return dispatch<SMDDP_UINT64>(spec, dst, s, nsrc, count, st);
     case SMDDP_FLOAT16: return dispatch<SMDDP_FLOAT16>(spec, dst, s, nsrc, count, st);
     case SMDDP_BFLOAT16: return dispatch<SMDDP_BFLOAT16>(spec, dst, s, nsrc, count, st);
     case SMDDP_FLOAT32: return dispatch<SMDDP_FLOAT32>(spec, dst, s, nsrc, count, st);

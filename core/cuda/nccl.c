@@ -84,8 +84,27 @@ const smddp__nccl_api_t *smddp__nccl(const char **why)
 
 /* ---- routing ---------------------------------------------------------------- */
 
+/* NCCL's dtype for dt; -1 where NCCL has none (int16, uint16). */
+static int nccl_dtype(smddp_dtype_t dt)
+{
+    switch (dt) {
+    case SMDDP_INT8: return SMDDP_NCCL_INT8;
+    case SMDDP_UINT8: return SMDDP_NCCL_UINT8;
+    case SMDDP_INT32: return SMDDP_NCCL_INT32;
+    case SMDDP_UINT32: return SMDDP_NCCL_UINT32;
+    case SMDDP_INT64: return SMDDP_NCCL_INT64;
+    case SMDDP_UINT64: return SMDDP_NCCL_UINT64;
+    case SMDDP_FLOAT16: return SMDDP_NCCL_FLOAT16;
+    case SMDDP_BFLOAT16: return SMDDP_NCCL_BFLOAT16;
+    case SMDDP_FLOAT32: return SMDDP_NCCL_FLOAT32;
+    case SMDDP_FLOAT64: return SMDDP_NCCL_FLOAT64;
+    default: return -1;
+    }
+}
+
 bool smddp__nccl_has_op(const smddp__op_t *op)
 {
+    if (nccl_dtype(op->dtype) < 0) return false;
     if (!smddp__op_traits(op->kind)->reduces) return true;
     switch (op->spec.op) {
     case SMDDP_BAND:
@@ -108,17 +127,6 @@ static smddp_status_t nccl_error(smddp_comm_t comm, const char *what, int res)
         int r_ = (call);                                                      \
         if (r_ != 0) return nccl_error((comm), #call, r_);                    \
     } while (0)
-
-static int nccl_dtype(smddp_dtype_t dt)
-{
-    static const int map[SMDDP_DTYPE_COUNT] = {
-        [SMDDP_INT8] = SMDDP_NCCL_INT8,       [SMDDP_UINT8] = SMDDP_NCCL_UINT8,
-        [SMDDP_INT32] = SMDDP_NCCL_INT32,     [SMDDP_INT64] = SMDDP_NCCL_INT64,
-        [SMDDP_FLOAT16] = SMDDP_NCCL_FLOAT16, [SMDDP_BFLOAT16] = SMDDP_NCCL_BFLOAT16,
-        [SMDDP_FLOAT32] = SMDDP_NCCL_FLOAT32, [SMDDP_FLOAT64] = SMDDP_NCCL_FLOAT64,
-    };
-    return map[dt];
-}
 
 static smddp_status_t init_comm(smddp_comm_t comm)
 {

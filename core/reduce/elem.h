@@ -85,6 +85,11 @@ SMDDP_ELEM_INT_OPS(i8, int8_t, uint8_t, int)
 SMDDP_ELEM_INT_OPS(u8, uint8_t, uint8_t, int)
 SMDDP_ELEM_INT_OPS(i32, int32_t, uint32_t, int32_t)
 SMDDP_ELEM_INT_OPS(i64, int64_t, uint64_t, int64_t)
+/* 16-bit products in uint32_t: uint16_t would promote to int, which overflows. */
+SMDDP_ELEM_INT_OPS(i16, int16_t, uint32_t, int)
+SMDDP_ELEM_INT_OPS(u16, uint16_t, uint32_t, int)
+SMDDP_ELEM_INT_OPS(u32, uint32_t, uint32_t, uint32_t)
+SMDDP_ELEM_INT_OPS(u64, uint64_t, uint64_t, uint64_t)
 
 /* Results as stored: NaN becomes the canonical quiet NaN. */
 SMDDP_ELEM_FN float smddp__canon_f32(float v)

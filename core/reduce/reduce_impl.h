@@ -77,6 +77,10 @@ REDUCE_DEFINE_NATIVE_IO(i8, int8_t)
 REDUCE_DEFINE_NATIVE_IO(u8, uint8_t)
 REDUCE_DEFINE_NATIVE_IO(i32, int32_t)
 REDUCE_DEFINE_NATIVE_IO(i64, int64_t)
+REDUCE_DEFINE_NATIVE_IO(i16, int16_t)
+REDUCE_DEFINE_NATIVE_IO(u16, uint16_t)
+REDUCE_DEFINE_NATIVE_IO(u32, uint32_t)
+REDUCE_DEFINE_NATIVE_IO(u64, uint64_t)
 
 REDUCE_INLINE float ld_f32(reduce_src_t p, size_t j)
 {
@@ -172,6 +176,10 @@ REDUCE_DEFINE_OPS(i8, int8_t, int, 0 * (spec != NULL))
 REDUCE_DEFINE_OPS(u8, uint8_t, int, 0 * (spec != NULL))
 REDUCE_DEFINE_OPS(i32, int32_t, int32_t, 0 * (spec != NULL))
 REDUCE_DEFINE_OPS(i64, int64_t, int64_t, 0 * (spec != NULL))
+REDUCE_DEFINE_OPS(i16, int16_t, int, 0 * (spec != NULL))
+REDUCE_DEFINE_OPS(u16, uint16_t, int, 0 * (spec != NULL))
+REDUCE_DEFINE_OPS(u32, uint32_t, uint32_t, 0 * (spec != NULL))
+REDUCE_DEFINE_OPS(u64, uint64_t, uint64_t, 0 * (spec != NULL))
 
 /*
  * Calls fn(args..., OP) with OP a constant matching op. The ACC variants are
@@ -321,6 +329,10 @@ REDUCE_DEFINE_KERNEL(i8, 1, int8_t, i8, int, INT)
 REDUCE_DEFINE_KERNEL(u8, 1, uint8_t, u8, int, INT)
 REDUCE_DEFINE_KERNEL(i32, 4, int32_t, i32, int32_t, INT)
 REDUCE_DEFINE_KERNEL(i64, 8, int64_t, i64, int64_t, INT)
+REDUCE_DEFINE_KERNEL(i16, 2, int16_t, i16, int, INT)
+REDUCE_DEFINE_KERNEL(u16, 2, uint16_t, u16, int, INT)
+REDUCE_DEFINE_KERNEL(u32, 4, uint32_t, u32, uint32_t, INT)
+REDUCE_DEFINE_KERNEL(u64, 8, uint64_t, u64, uint64_t, INT)
 REDUCE_DEFINE_KERNEL(f32, 4, float, f32, float, FLOAT)
 REDUCE_DEFINE_KERNEL(f64, 8, double, f64, double, FLOAT)
 REDUCE_DEFINE_KERNEL(bf16, 2, float, f32, float, FLOAT)
@@ -407,9 +419,12 @@ static size_t dtype_size(smddp_dtype_t dtype)
     switch (dtype) {
     case SMDDP_INT8:
     case SMDDP_UINT8: return 1;
+    case SMDDP_INT16:
+    case SMDDP_UINT16:
     case SMDDP_FLOAT16:
     case SMDDP_BFLOAT16: return 2;
     case SMDDP_INT32:
+    case SMDDP_UINT32:
     case SMDDP_FLOAT32: return 4;
     default: return 8;
     }
@@ -429,6 +444,10 @@ void REDUCE_ENTRY(const smddp__reduce_spec_t *spec, void *dst, const void *const
     case SMDDP_UINT8: reduce_u8(spec, dst, srcs, nsrc, count); break;
     case SMDDP_INT32: reduce_i32(spec, dst, srcs, nsrc, count); break;
     case SMDDP_INT64: reduce_i64(spec, dst, srcs, nsrc, count); break;
+    case SMDDP_INT16: reduce_i16(spec, dst, srcs, nsrc, count); break;
+    case SMDDP_UINT16: reduce_u16(spec, dst, srcs, nsrc, count); break;
+    case SMDDP_UINT32: reduce_u32(spec, dst, srcs, nsrc, count); break;
+    case SMDDP_UINT64: reduce_u64(spec, dst, srcs, nsrc, count); break;
     case SMDDP_FLOAT16: reduce_fp16(spec, dst, srcs, nsrc, count); break;
     case SMDDP_BFLOAT16: reduce_bf16(spec, dst, srcs, nsrc, count); break;
     case SMDDP_FLOAT32: reduce_f32(spec, dst, srcs, nsrc, count); break;

@@ -77,17 +77,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::issue_allreduce(
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tensor>& given,
                                                             const c10d::AllreduceOptions& opts) {
-  TORCH_CHECK(tensors.size() == 1, "smddp allreduce takes one tensor per call, got ",
-              tensors.size());
+  TORCH_CHECK(given.size() == 1, "smddp allreduce takes one tensor per call, got ",
+              given.size());
+  check_reducible(given[0], opts.reduceOp, "allreduce");
+  std::vector<at::Tensor> tensors = as_elems(given);
   auto work = new_work(c10d::OpType::ALLREDUCE, tensors, opts);
   issue_allreduce(work, tensors[0], opts.reduceOp);
   return enqueue(work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+    std::vector<at::Tensor>& given, const c10d::AllreduceCoalescedOptions& opts) {
+  for (const auto& t : given) {
+    check_reducible(t, opts.reduceOp, "allreduce_coalesced");
+  }
+  std::vector<at::Tensor> tensors = as_elems(given);
   for (const auto& t : tensors) {
     (void)check_allreduce(t, opts.reduceOp);
   }
@@ -98,8 +104,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce_coalesced(
   return enqueue(work);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::broadcast(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::broadcast(std::vector<at::Tensor>& given,
                                                             const c10d::BroadcastOptions& opts) {
+  std::vector<at::Tensor> tensors = as_elems(given);
   TORCH_CHECK(tensors.size() == 1, "smddp broadcast takes one tensor per call, got ",
               tensors.size());
   const at::Tensor& t = tensors[0];
@@ -114,10 +121,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::broadcast(std::vector<at::Tens
   return enqueue(work);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce(std::vector<at::Tensor>& given,
                                                          const c10d::ReduceOptions& opts) {
-  TORCH_CHECK(tensors.size() == 1, "smddp reduce takes one tensor per call, got ",
-              tensors.size());
+  TORCH_CHECK(given.size() == 1, "smddp reduce takes one tensor per call, got ",
+              given.size());
+  check_reducible(given[0], opts.reduceOp, "reduce");
+  std::vector<at::Tensor> tensors = as_elems(given);
   const at::Tensor& t = tensors[0];
   check_tensor(t, "reduce");
   SmddpReduction op = to_smddp_reduction(t.scalar_type(), opts.reduceOp);
@@ -158,8 +167,10 @@ void ProcessGroupSMDDP::issue_allgather_list(const c10::intrusive_ptr<WorkSMDDP>
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    std::vector<std::vector<at::Tensor>>& given_outputs, std::vector<at::Tensor>& given_inputs,
     const c10d::AllgatherOptions& opts) {
+  auto outputs = as_elems(given_outputs);
+  auto inputs = as_elems(given_inputs);
   TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
               "smddp allgather takes one input tensor and one output list per call");
   auto work = new_work(c10d::OpType::ALLGATHER, outputs[0], opts);
@@ -171,8 +182,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather(
 // torch.distributed.all_gather_coalesced and gloo: one list per rank, each as
 // long as inputs.
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_coalesced(
-    std::vector<std::vector<at::Tensor>>& outputTensorLists, std::vector<at::Tensor>& inputs,
+    std::vector<std::vector<at::Tensor>>& given_outputs, std::vector<at::Tensor>& given_inputs,
     const c10d::AllgatherOptions& opts) {
+  auto outputTensorLists = as_elems(given_outputs);
+  auto inputs = as_elems(given_inputs);
   TORCH_CHECK(static_cast<int>(outputTensorLists.size()) == size_,
               "smddp allgather_coalesced: ", outputTensorLists.size(),
               " output lists; give one per rank (", size_, "), each as long as the inputs");
@@ -200,13 +213,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_coalesced(
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_allgather_base(
-    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+    at::Tensor& given_output, at::Tensor& given_input, const c10d::AllgatherOptions& opts) {
+  at::Tensor output = as_elems(given_output);
+  at::Tensor input = as_elems(given_input);
   auto work = new_work(c10d::OpType::_ALLGATHER_BASE, {output}, opts);
   issue_allgather_base(work, output, input);
   return enqueue(work);
 }
 
-void ProcessGroupSMDDP::allreduce_now(at::Tensor& tensor, const c10d::ReduceOp& rop) {
+void ProcessGroupSMDDP::allreduce_now(at::Tensor& given, const c10d::ReduceOp& rop) {
+  check_reducible(given, rop, "allreduce");
+  at::Tensor tensor = as_elems(given);
   SmddpReduction op = check_allreduce(tensor, rop);
   if (!runs_now(tensor)) {
     std::vector<at::Tensor> tensors{tensor};
@@ -225,7 +242,9 @@ void ProcessGroupSMDDP::allreduce_now(at::Tensor& tensor, const c10d::ReduceOp& 
   }
 }
 
-void ProcessGroupSMDDP::allgather_now(at::Tensor& output, at::Tensor& input) {
+void ProcessGroupSMDDP::allgather_now(at::Tensor& given_output, at::Tensor& given_input) {
+  at::Tensor output = as_elems(given_output);
+  at::Tensor input = as_elems(given_input);
   smddp_dtype_t dt = check_allgather_base(output, input, size_);
   if (!runs_now(input) || !runs_now(output)) {
     c10d::AllgatherOptions opts;
@@ -241,8 +260,10 @@ void ProcessGroupSMDDP::allgather_now(at::Tensor& output, at::Tensor& input) {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor>& given_outputs, std::vector<at::Tensor>& given_inputs,
     const c10d::AllgatherOptions& opts) {
+  auto outputs = as_elems(given_outputs);
+  auto inputs = as_elems(given_inputs);
   TORCH_CHECK(outputs.size() == inputs.size(),
               "smddp allgather_into_tensor_coalesced: ", outputs.size(), " outputs but ",
               inputs.size(), " inputs");
@@ -271,8 +292,13 @@ void ProcessGroupSMDDP::issue_reduce_scatter_base(const c10::intrusive_ptr<WorkS
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter(
-    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    std::vector<at::Tensor>& given_outputs, std::vector<std::vector<at::Tensor>>& given_inputs,
     const c10d::ReduceScatterOptions& opts) {
+  for (const auto& t : given_outputs) {
+    check_reducible(t, opts.reduceOp, "reduce_scatter");
+  }
+  auto outputs = as_elems(given_outputs);
+  auto inputs = as_elems(given_inputs);
   TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1,
               "smddp reduce_scatter takes one output tensor and one input list per call");
   const at::Tensor& output = outputs[0];
@@ -294,15 +320,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter(
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_reduce_scatter_base(
-    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+    at::Tensor& given_output, at::Tensor& given_input, const c10d::ReduceScatterOptions& opts) {
+  check_reducible(given_input, opts.reduceOp, "reduce_scatter");
+  at::Tensor output = as_elems(given_output);
+  at::Tensor input = as_elems(given_input);
   auto work = new_work(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, opts);
   issue_reduce_scatter_base(work, output, input, opts.reduceOp);
   return enqueue(work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor>& given_outputs, std::vector<at::Tensor>& given_inputs,
     const c10d::ReduceScatterOptions& opts) {
+  for (const auto& t : given_inputs) {
+    check_reducible(t, opts.reduceOp, "reduce_scatter_tensor_coalesced");
+  }
+  auto outputs = as_elems(given_outputs);
+  auto inputs = as_elems(given_inputs);
   TORCH_CHECK(outputs.size() == inputs.size(),
               "smddp reduce_scatter_tensor_coalesced: ", outputs.size(), " outputs but ",
               inputs.size(), " inputs");
@@ -351,8 +385,10 @@ static void split_counts(const at::Tensor& t, const std::vector<int64_t>& splits
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall_base(
-    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplitSizes,
+    at::Tensor& given_output, at::Tensor& given_input, std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
+  at::Tensor output = as_elems(given_output);
+  at::Tensor input = as_elems(given_input);
   check_tensor(input, "alltoall_base");
   check_tensor(output, "alltoall_base");
   check_alike(input, output, "alltoall_base");
@@ -382,9 +418,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall_base(
   return enqueue(work);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall(std::vector<at::Tensor>& outputs,
-                                                           std::vector<at::Tensor>& inputs,
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall(std::vector<at::Tensor>& given_outputs,
+                                                           std::vector<at::Tensor>& given_inputs,
                                                            const c10d::AllToAllOptions& opts) {
+  auto outputs = as_elems(given_outputs);
+  auto inputs = as_elems(given_inputs);
   TORCH_CHECK(static_cast<int>(inputs.size()) == size_ &&
                   static_cast<int>(outputs.size()) == size_,
               "smddp alltoall: the input and output lists need one tensor per rank (", size_,
@@ -444,9 +482,11 @@ void ProcessGroupSMDDP::issue_gather_base(const c10::intrusive_ptr<WorkSMDDP>& w
 }
 
 #ifdef SMDDP_C10D_BACKEND_HAS_GATHER_SINGLE
-c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather_single(at::Tensor& output,
-                                                                at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather_single(at::Tensor& given_output,
+                                                                at::Tensor& given_input,
                                                                 const c10d::GatherOptions& opts) {
+  at::Tensor output = as_elems(given_output);
+  at::Tensor input = as_elems(given_input);
   check_tensor(input, "gather_single");
   const int root = static_cast<int>(opts.rootRank);
   TORCH_CHECK(root >= 0 && root < size_, "smddp gather_single: root ", root,
@@ -468,8 +508,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather_single(at::Tensor& outp
 #endif
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    std::vector<std::vector<at::Tensor>>& given_outputs, std::vector<at::Tensor>& given_inputs,
     const c10d::GatherOptions& opts) {
+  auto outputs = as_elems(given_outputs);
+  auto inputs = as_elems(given_inputs);
   TORCH_CHECK(inputs.size() == 1, "smddp gather takes one input tensor per call");
   const at::Tensor& input = inputs[0];
   check_tensor(input, "gather");
@@ -507,8 +549,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather(
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::scatter(
-    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    std::vector<at::Tensor>& given_outputs, std::vector<std::vector<at::Tensor>>& given_inputs,
     const c10d::ScatterOptions& opts) {
+  auto outputs = as_elems(given_outputs);
+  auto inputs = as_elems(given_inputs);
   TORCH_CHECK(outputs.size() == 1, "smddp scatter takes one output tensor per call");
   const at::Tensor& output = outputs[0];
   check_tensor(output, "scatter");
@@ -539,8 +583,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::scatter(
   return enqueue(work);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::send(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::send(std::vector<at::Tensor>& given,
                                                        int dstRank, int tag) {
+  std::vector<at::Tensor> tensors = as_elems(given);
   TORCH_CHECK(tensors.size() == 1, "smddp send takes one tensor per call");
   const at::Tensor& t = tensors[0];
   check_tensor(t, "send");
@@ -567,8 +612,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::recvAnysource(std::vector<at::
   return recv_from(tensors, SMDDP_ANY_SOURCE, tag);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::recv_from(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::recv_from(std::vector<at::Tensor>& given,
                                                             int srcRank, int tag) {
+  std::vector<at::Tensor> tensors = as_elems(given);
   TORCH_CHECK(tensors.size() == 1, "smddp recv takes one tensor per call");
   const at::Tensor& t = tensors[0];
   check_tensor(t, "recv");

@@ -13,8 +13,10 @@ namespace smddp_torch {
 namespace detail {
 
 const char* const kAcceptedDtypes =
-    "float32, float64, float16, bfloat16, int8, uint8, int32, int64, bool "
-    "(reductions of bool are logical: SUM and MAX or, PRODUCT and MIN and, as in gloo)";
+    "float32, float64, float16, bfloat16, int8, uint8, int16, uint16, int32, uint32, int64, "
+    "uint64, bool (reductions of bool are logical: SUM and MAX or, PRODUCT and MIN and, as in "
+    "gloo), complex64 and complex128 (reductions: SUM, AVG, PREMUL_SUM, over the real and "
+    "imaginary parts), float8 types (data movement only)";
 
 [[noreturn]] void throw_backend_error(const std::string& msg) {
   C10_THROW_ERROR(DistBackendError, msg);
@@ -38,6 +40,14 @@ smddp_dtype_t to_smddp_dtype(at::ScalarType type, bool reduces) {
       return SMDDP_INT32;
     case at::kLong:
       return SMDDP_INT64;
+    case at::kShort:
+      return SMDDP_INT16;
+    case at::kUInt16:
+      return SMDDP_UINT16;
+    case at::kUInt32:
+      return SMDDP_UINT32;
+    case at::kUInt64:
+      return SMDDP_UINT64;
     case at::kBool:
       return SMDDP_UINT8;  // reductions: see to_smddp_reduction
     default:
@@ -109,6 +119,59 @@ SmddpReduction to_smddp_reduction(at::ScalarType type, const c10d::ReduceOp& rop
   TORCH_CHECK(false, "smddp: ReduceOp ", static_cast<int>(rop.op_), " is not defined on bool "
               "tensors; accepted: SUM and MAX (logical or), PRODUCT and MIN (logical and), "
               "BAND, BOR, BXOR");
+}
+
+at::Tensor as_elems(const at::Tensor& t) {
+  if (!t.defined()) {
+    return t;
+  }
+  at::ScalarType type = t.scalar_type();
+  if (c10::isComplexType(type)) {
+    TORCH_CHECK(!t.is_conj(), "smddp: a tensor with its conjugate bit set (a conj() view) is "
+                "not accepted; pass t.resolve_conj()");
+    return at::view_as_real(t);
+  }
+  if (c10::isFloat8Type(type)) {
+    return t.view(at::kByte);
+  }
+  return t;
+}
+
+std::vector<at::Tensor> as_elems(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) {
+    out.push_back(as_elems(t));
+  }
+  return out;
+}
+
+std::vector<std::vector<at::Tensor>> as_elems(const std::vector<std::vector<at::Tensor>>& ts) {
+  std::vector<std::vector<at::Tensor>> out;
+  out.reserve(ts.size());
+  for (const auto& v : ts) {
+    out.push_back(as_elems(v));
+  }
+  return out;
+}
+
+void check_reducible(const at::Tensor& t, const c10d::ReduceOp& rop, const char* fn) {
+  if (!t.defined()) {
+    return;
+  }
+  at::ScalarType type = t.scalar_type();
+  if (c10::isFloat8Type(type)) {
+    TORCH_CHECK(false, "smddp ", fn, ": tensors of dtype ", type, " cannot be reduced (torch "
+                "defines no addition for them on the CPU); smddp moves them (broadcast, "
+                "allgather, gather, scatter, all-to-all, send/recv)");
+  }
+  if (c10::isComplexType(type)) {
+    TORCH_CHECK(rop.op_ == c10d::ReduceOp::SUM || rop.op_ == c10d::ReduceOp::AVG ||
+                    rop.op_ == c10d::ReduceOp::PREMUL_SUM,
+                "smddp ", fn, ": ReduceOp ", static_cast<int>(rop.op_), " is not defined on ",
+                type, " tensors; accepted: SUM, AVG, PREMUL_SUM (over the real and imaginary "
+                "parts)");
+  }
 }
 
 void check_tensor(const at::Tensor& t, const char* fn) {

@@ -38,6 +38,18 @@ struct SmddpReduction {
 // logical ops (SUM or, PRODUCT and), as gloo does.
 SmddpReduction to_smddp_reduction(at::ScalarType type, const c10d::ReduceOp& rop);
 
+// What libsmddp moves or reduces for t, sharing t's memory: a complex tensor
+// as its real view (a last dimension of 2: real, imaginary), a float8 one as
+// its bytes (uint8); t itself otherwise. The collectives take their tensors
+// through it first.
+at::Tensor as_elems(const at::Tensor& t);
+std::vector<at::Tensor> as_elems(const std::vector<at::Tensor>& ts);
+std::vector<std::vector<at::Tensor>> as_elems(const std::vector<std::vector<at::Tensor>>& ts);
+// Refuses a reduction that as_elems would turn into another: float8 (torch
+// defines no addition on the CPU), and complex with an op other than SUM,
+// AVG and PREMUL_SUM (which act on the parts independently).
+void check_reducible(const at::Tensor& t, const c10d::ReduceOp& rop, const char* fn);
+
 void check_tensor(const at::Tensor& t, const char* fn);
 // The same dtype and the same device.
 void check_alike(const at::Tensor& a, const at::Tensor& b, const char* fn);

@@ -1205,6 +1205,152 @@ def _check_direct_calls(rank, world, gloo):
     return failures
 
 
+NEW_INTS = [torch.int16, torch.uint16, torch.uint32, torch.uint64]
+FP8 = [t for t in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)) if t]
+COMPLEX = [torch.complex64, torch.complex128]
+
+
+def _mine(dtype, rank, n=11, salt=0):
+    """Rank rank's input of dtype: small values every dtype holds exactly (every
+    rank can make any rank's, so expected results need no communication)."""
+    g = torch.Generator().manual_seed(1000 * salt + 17 * rank + n)
+    lo = 0 if dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64) else -3
+    if dtype in COMPLEX:
+        re, im = (torch.randint(-3, 4, (n,), generator=g).double() for _ in range(2))
+        return torch.complex(re, im).to(dtype)
+    return torch.randint(lo, 4, (n,), generator=g).to(torch.float32 if dtype in FP8 else torch.int64).to(dtype)
+
+
+def _everyone(dtype, world, n=11, salt=0):
+    return [_mine(dtype, r, n, salt) for r in range(world)]
+
+
+def _same(failures, what, got, want):
+    if got.dtype != want.dtype or not torch.equal(got.view(torch.uint8), want.view(torch.uint8)):
+        failures.append(f"{what}: got {got.tolist()[:6]}..., want {want.tolist()[:6]}...")
+
+
+def _check_new_dtypes(rank, world, gloo):
+    """int16, uint16, uint32, uint64, float8 and complex: every data movement, and
+    the reductions torch defines on the CPU, against results every rank computes."""
+    import smddp
+
+    failures = []
+    root = world - 1
+    for dtype in NEW_INTS + FP8 + COMPLEX:
+        mine, all_ = _mine(dtype, rank), _everyone(dtype, world)
+        # Data movement, through torch.distributed and through the group's
+        # methods (which reach the backend with the dtype unchanged).
+        got = torch.empty(world * 11, dtype=dtype)
+        dist.all_gather_into_tensor(got, mine)
+        _same(failures, f"all_gather_into_tensor {dtype}", got, torch.cat(all_))
+        outs = [torch.empty(11, dtype=dtype) for _ in range(world)]
+        dist.all_gather(outs, mine)
+        for r in range(world):
+            _same(failures, f"all_gather {dtype} [{r}]", outs[r], all_[r])
+        got = torch.empty(world * 11, dtype=dtype)
+        dist.group.WORLD._allgather_base(got, mine).wait()
+        _same(failures, f"_allgather_base {dtype}", got, torch.cat(all_))
+        got = mine.clone()
+        dist.broadcast(got, src=root)
+        _same(failures, f"broadcast {dtype}", got, all_[root])
+        got = mine.clone()
+        opts = dist.BroadcastOptions()
+        opts.rootRank = root
+        dist.group.WORLD.broadcast([got], opts).wait()
+        _same(failures, f"ProcessGroup.broadcast {dtype}", got, all_[root])
+        rows = [_mine(dtype, rank, n=3 * world, salt=5) for _ in range(1)][0]
+        got = torch.empty(3 * world, dtype=dtype)
+        dist.all_to_all_single(got, rows)
+        want = torch.cat([_mine(dtype, r, n=3 * world, salt=5)[3 * rank:3 * rank + 3]
+                          for r in range(world)])
+        _same(failures, f"all_to_all_single {dtype}", got, want)
+        got = torch.empty(11, dtype=dtype)
+        dist.scatter(got, list(torch.stack(all_)) if rank == root else None, src=root)
+        _same(failures, f"scatter {dtype}", got, all_[rank])
+        outs = [torch.empty(11, dtype=dtype) for _ in range(world)] if rank == root else None
+        dist.gather(mine, outs, dst=root)
+        if rank == root:
+            for r in range(world):
+                _same(failures, f"gather {dtype} [{r}]", outs[r], all_[r])
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        got = torch.empty(11, dtype=dtype)
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, nxt),
+                                       dist.P2POp(dist.irecv, got, prv)])
+        for r in reqs:
+            r.wait()
+        _same(failures, f"isend/irecv {dtype}", got, all_[prv])
+        # Reductions.
+        stack = torch.stack(all_)
+        if dtype in NEW_INTS:
+            wide = stack.to(torch.int64)  # small values: no overflow
+            wants = {"sum": wide.sum(0), "product": wide.prod(0), "min": wide.min(0).values,
+                     "max": wide.max(0).values, "band": _reduce_local(wide, "band", world),
+                     "bor": _reduce_local(wide, "bor", world),
+                     "bxor": _reduce_local(wide, "bxor", world)}
+            for op, want in wants.items():
+                got = mine.clone()
+                dist.all_reduce(got, op=_reduce_op(op))
+                _same(failures, f"all_reduce {dtype} {op}", got, want.to(dtype))
+            got = mine.clone()
+            smddp.all_reduce(got, dist.ReduceOp.MAX)
+            _same(failures, f"smddp.all_reduce {dtype} max", got, wants["max"].to(dtype))
+            full = _mine(dtype, rank, n=2 * world, salt=9)
+            want = torch.stack(_everyone(dtype, world, n=2 * world, salt=9)).to(torch.int64).sum(0)
+            got = torch.empty(2, dtype=dtype)
+            dist.reduce_scatter_tensor(got, full)
+            _same(failures, f"reduce_scatter_tensor {dtype}", got, want[2 * rank:2 * rank + 2].to(dtype))
+        elif dtype in COMPLEX:
+            for op, want in (("sum", stack.sum(0)), ("avg", stack.sum(0) / world),
+                             ("premul_sum", (stack * 0.5).sum(0))):
+                rop = _reduce_op(op, 0.5 if op == "premul_sum" else None)
+                for how in ("dist.all_reduce", "ProcessGroup.allreduce", "smddp.all_reduce"):
+                    if how == "dist.all_reduce" and op == "premul_sum":
+                        continue  # torch's Python refuses PREMUL_SUM on complex
+                    got = mine.clone()
+                    if how == "dist.all_reduce":
+                        dist.all_reduce(got, op=rop)
+                    elif how == "ProcessGroup.allreduce":
+                        o = dist.AllreduceOptions()
+                        o.reduceOp = rop
+                        dist.group.WORLD.allreduce([got], o).wait()
+                    else:
+                        smddp.all_reduce(got, rop)
+                    if op == "avg":  # the division rounds as the real parts' AVG does
+                        if not torch.allclose(got, want.to(dtype), rtol=1e-6, atol=0):
+                            failures.append(f"{how} {dtype} avg: got {got[:4]}, want {want[:4]}")
+                    else:
+                        _same(failures, f"{how} {dtype} {op}", got, want.to(dtype))
+            for how in ("ProcessGroup.allreduce", "smddp.all_reduce"):
+                try:
+                    if how == "smddp.all_reduce":
+                        smddp.all_reduce(mine.clone(), dist.ReduceOp.MAX)
+                    else:
+                        o = dist.AllreduceOptions()
+                        o.reduceOp = dist.ReduceOp.MAX
+                        dist.group.WORLD.allreduce([mine.clone()], o).wait()
+                    failures.append(f"{how} MAX of {dtype} did not raise")
+                except RuntimeError as err:
+                    if "not defined on" not in str(err) or "SUM, AVG, PREMUL_SUM" not in str(err):
+                        failures.append(f"{how} MAX of {dtype}: the error does not say why: {err}")
+        else:  # float8: torch has no addition on the CPU; smddp refuses, saying why
+            for how in ("dist.all_reduce", "smddp.all_reduce"):
+                try:
+                    (dist.all_reduce if how == "dist.all_reduce" else smddp.all_reduce)(mine.clone())
+                    failures.append(f"{how} of {dtype} did not raise")
+                except RuntimeError as err:
+                    if "cannot be reduced" not in str(err) or "allgather" not in str(err):
+                        failures.append(f"{how} of {dtype}: the error does not say why: {err}")
+    # A conj() view is refused with what to do.
+    try:
+        smddp.all_reduce(_mine(torch.complex64, rank).conj())
+        failures.append("a conj() view did not raise")
+    except RuntimeError as err:
+        if "resolve_conj" not in str(err):
+            failures.append(f"conj() view: the error does not say what to do: {err}")
+    return failures
+
+
 def _check_direct_call_fails(rank, world, gloo):
     """A direct call whose peer never comes raises at the group's timeout, as wait() would."""
     import time
@@ -1244,6 +1390,7 @@ COLLECTIVE_CHECKS = {
     "send_recv_barrier": _check_p2p_and_barrier,
     "coalescing": _check_coalescing,
     "direct_calls": _check_direct_calls,
+    "new_dtypes": _check_new_dtypes,
 }
 
 

@@ -85,6 +85,8 @@ static void test_dtypes(void **state)
         {SMDDP_INT32, 4, "int32"},       {SMDDP_INT64, 8, "int64"},
         {SMDDP_FLOAT16, 2, "float16"},   {SMDDP_BFLOAT16, 2, "bfloat16"},
         {SMDDP_FLOAT32, 4, "float32"},   {SMDDP_FLOAT64, 8, "float64"},
+        {SMDDP_INT16, 2, "int16"},       {SMDDP_UINT16, 2, "uint16"},
+        {SMDDP_UINT32, 4, "uint32"},     {SMDDP_UINT64, 8, "uint64"},
     };
     assert_int_equal(sizeof(want) / sizeof(want[0]), SMDDP_DTYPE_COUNT);
     for (int i = 0; i < SMDDP_DTYPE_COUNT; i++) {

@@ -66,7 +66,8 @@ static void test_traits_match_the_api(void **state)
 static void test_dtype_and_op_tables(void **state)
 {
     (void)state;
-    const size_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
+    const size_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8, 2, 2, 4, 8};
+    assert_int_equal(sizeof(sizes) / sizeof(sizes[0]), SMDDP_DTYPE_COUNT);
     for (int d = 0; d < SMDDP_DTYPE_COUNT; d++) {
         assert_int_equal(smddp__dtype_size((smddp_dtype_t)d), sizes[d]);
         assert_string_not_equal(smddp__dtype_name((smddp_dtype_t)d), "unknown");

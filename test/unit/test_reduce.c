@@ -88,14 +88,24 @@ static bool use_isa(int isa)
 
 static size_t dtype_size(smddp_dtype_t dt)
 {
-    static const size_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
+    static const size_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8, 2, 2, 4, 8};
     return sizes[dt];
 }
 
-static bool dtype_is_float(smddp_dtype_t dt) { return dt >= SMDDP_FLOAT16; }
+static bool dtype_is_float(smddp_dtype_t dt)
+{
+    return dt == SMDDP_FLOAT16 || dt == SMDDP_BFLOAT16 || dt == SMDDP_FLOAT32 ||
+           dt == SMDDP_FLOAT64;
+}
 
-static const char *const dtype_names[] = {"int8", "uint8", "int32", "int64",
-                                          "fp16", "bf16",  "fp32",  "fp64"};
+static bool dtype_is_unsigned(smddp_dtype_t dt)
+{
+    return dt == SMDDP_UINT8 || dt == SMDDP_UINT16 || dt == SMDDP_UINT32 || dt == SMDDP_UINT64;
+}
+
+static const char *const dtype_names[] = {"int8",  "uint8",  "int32",  "int64",
+                                          "fp16",  "bf16",   "fp32",   "fp64",
+                                          "int16", "uint16", "uint32", "uint64"};
 static const char *const op_names[] = {"sum", "prod", "min", "max", "avg",
                                        "premul_sum", "band", "bor", "bxor"};
 
@@ -439,8 +449,11 @@ static int64_t get_int(smddp_dtype_t dt, const unsigned char *p, size_t i)
     switch (dt) {
     case SMDDP_INT8: { int8_t v; memcpy(&v, p + i, 1); return v; }
     case SMDDP_UINT8: { uint8_t v; memcpy(&v, p + i, 1); return v; }
+    case SMDDP_INT16: { int16_t v; memcpy(&v, p + 2 * i, 2); return v; }
+    case SMDDP_UINT16: { uint16_t v; memcpy(&v, p + 2 * i, 2); return v; }
     case SMDDP_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
-    default: { int64_t v; memcpy(&v, p + 8 * i, 8); return v; }
+    case SMDDP_UINT32: { uint32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+    default: { int64_t v; memcpy(&v, p + 8 * i, 8); return v; } /* uint64: its bits */
     }
 }
 
@@ -450,7 +463,10 @@ static void put_int(smddp_dtype_t dt, unsigned char *p, size_t i, uint64_t v)
     switch (dt) {
     case SMDDP_INT8:
     case SMDDP_UINT8: { uint8_t b = (uint8_t)v; memcpy(p + i, &b, 1); break; }
-    case SMDDP_INT32: { uint32_t w = (uint32_t)v; memcpy(p + 4 * i, &w, 4); break; }
+    case SMDDP_INT16:
+    case SMDDP_UINT16: { uint16_t h = (uint16_t)v; memcpy(p + 2 * i, &h, 2); break; }
+    case SMDDP_INT32:
+    case SMDDP_UINT32: { uint32_t w = (uint32_t)v; memcpy(p + 4 * i, &w, 4); break; }
     default: memcpy(p + 8 * i, &v, 8); break;
     }
 }
@@ -511,14 +527,18 @@ static void reference(const rcase_t *c, unsigned char *dst, unsigned char *const
     }
     for (size_t i = 0; i < c->count; i++) {
         if (!dtype_is_float(dt)) {
+            /* Unsigned values compare as unsigned (uint64's top bit is not a sign). */
+            bool uns = dtype_is_unsigned(dt);
             int64_t acc = get_int(dt, srcs[0], i);
             for (int s = 1; s < c->nsrc; s++) {
                 int64_t x = get_int(dt, srcs[s], i);
+                bool less = uns ? (uint64_t)x < (uint64_t)acc : x < acc;
+                bool more = uns ? (uint64_t)x > (uint64_t)acc : x > acc;
                 uint64_t r;
                 switch (c->op) {
                 case SMDDP_PROD: r = (uint64_t)acc * (uint64_t)x; break;
-                case SMDDP_MIN: r = (uint64_t)(x < acc ? x : acc); break;
-                case SMDDP_MAX: r = (uint64_t)(x > acc ? x : acc); break;
+                case SMDDP_MIN: r = (uint64_t)(less ? x : acc); break;
+                case SMDDP_MAX: r = (uint64_t)(more ? x : acc); break;
                 case SMDDP_BAND: r = (uint64_t)(acc & x); break;
                 case SMDDP_BOR: r = (uint64_t)(acc | x); break;
                 case SMDDP_BXOR: r = (uint64_t)(acc ^ x); break;
@@ -529,7 +549,8 @@ static void reference(const rcase_t *c, unsigned char *dst, unsigned char *const
                 put_int(dt, tmp, 0, r);
                 acc = get_int(dt, tmp, 0);
             }
-            if (c->op == SMDDP_AVG && c->avg_div > 0) acc /= c->avg_div;
+            if (c->op == SMDDP_AVG && c->avg_div > 0)
+                acc = uns ? (int64_t)((uint64_t)acc / (uint64_t)c->avg_div) : acc / c->avg_div;
             put_int(dt, dst, i, (uint64_t)acc);
         } else if (dt == SMDDP_FLOAT64) {
             double p = c->premul, acc, x;
@@ -785,6 +806,10 @@ static void test_matrix_fp16(void **state) { (void)state; run_dtype_matrix(SMDDP
 static void test_matrix_bf16(void **state) { (void)state; run_dtype_matrix(SMDDP_BFLOAT16); }
 static void test_matrix_fp32(void **state) { (void)state; run_dtype_matrix(SMDDP_FLOAT32); }
 static void test_matrix_fp64(void **state) { (void)state; run_dtype_matrix(SMDDP_FLOAT64); }
+static void test_matrix_int16(void **state) { (void)state; run_dtype_matrix(SMDDP_INT16); }
+static void test_matrix_uint16(void **state) { (void)state; run_dtype_matrix(SMDDP_UINT16); }
+static void test_matrix_uint32(void **state) { (void)state; run_dtype_matrix(SMDDP_UINT32); }
+static void test_matrix_uint64(void **state) { (void)state; run_dtype_matrix(SMDDP_UINT64); }
 
 /* AVG without a divisor (a partial step) is a plain sum; other divisors and premuls. */
 static void test_avg_premul_variants(void **state)
@@ -1094,6 +1119,8 @@ int main(void)
         cmocka_unit_test(test_matrix_int32), cmocka_unit_test(test_matrix_int64),
         cmocka_unit_test(test_matrix_fp16),  cmocka_unit_test(test_matrix_bf16),
         cmocka_unit_test(test_matrix_fp32),  cmocka_unit_test(test_matrix_fp64),
+        cmocka_unit_test(test_matrix_int16), cmocka_unit_test(test_matrix_uint16),
+        cmocka_unit_test(test_matrix_uint32), cmocka_unit_test(test_matrix_uint64),
     };
     /* Say which variants the cross-ISA comparisons cover on this machine. */
     printf("reduce ISAs tested:");

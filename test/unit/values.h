@@ -2,7 +2,7 @@
  * Test values that every dtype holds exactly, and the reference reduction of
  * them, shared by the collective tests. A test picks small integers per rank
  * and element; floating-point dtypes store half of each (so the results
- * exercise fractions), uint8 stores it shifted by 8. With such inputs a sum,
+ * exercise fractions), unsigned dtypes store it shifted by 8. With such inputs a sum,
  * product, minimum or maximum over a few ranks is exact whatever the order of
  * operations, so results are compared with ==.
  */
@@ -15,7 +15,16 @@
 #include "smddp/smddp.h"
 #include "reduce/half.h"
 
-static inline bool tv_is_float(smddp_dtype_t t) { return t >= SMDDP_FLOAT16; }
+static inline bool tv_is_float(smddp_dtype_t t)
+{
+    return t == SMDDP_FLOAT16 || t == SMDDP_BFLOAT16 || t == SMDDP_FLOAT32 || t == SMDDP_FLOAT64;
+}
+
+/* Unsigned dtypes store v + 8, so that the small negative test values stay in range. */
+static inline bool tv_is_unsigned(smddp_dtype_t t)
+{
+    return t == SMDDP_UINT8 || t == SMDDP_UINT16 || t == SMDDP_UINT32 || t == SMDDP_UINT64;
+}
 
 /* Stores small integer v at element i of buf as dtype t (see the top). */
 static inline void tv_store(void *buf, smddp_dtype_t t, int64_t i, double v)
@@ -25,6 +34,10 @@ static inline void tv_store(void *buf, smddp_dtype_t t, int64_t i, double v)
     case SMDDP_UINT8: ((uint8_t *)buf)[i] = (uint8_t)(int)(v + 8); break;
     case SMDDP_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
     case SMDDP_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case SMDDP_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
+    case SMDDP_UINT16: ((uint16_t *)buf)[i] = (uint16_t)(int)(v + 8); break;
+    case SMDDP_UINT32: ((uint32_t *)buf)[i] = (uint32_t)(int64_t)(v + 8); break;
+    case SMDDP_UINT64: ((uint64_t *)buf)[i] = (uint64_t)(int64_t)(v + 8); break;
     case SMDDP_FLOAT16: ((uint16_t *)buf)[i] = smddp__fp32_to_fp16((float)(v * 0.5)); break;
     case SMDDP_BFLOAT16: ((uint16_t *)buf)[i] = smddp__fp32_to_bf16((float)(v * 0.5)); break;
     case SMDDP_FLOAT32: ((float *)buf)[i] = (float)(v * 0.5); break;
@@ -36,7 +49,7 @@ static inline void tv_store(void *buf, smddp_dtype_t t, int64_t i, double v)
 /* The value tv_store stored for v, as tv_load reads it back. */
 static inline double tv_stored(smddp_dtype_t t, double v)
 {
-    if (t == SMDDP_UINT8) return v + 8;
+    if (tv_is_unsigned(t)) return v + 8;
     return tv_is_float(t) ? v * 0.5 : v;
 }
 
@@ -48,6 +61,10 @@ static inline double tv_load(const void *buf, smddp_dtype_t t, int64_t i)
     case SMDDP_UINT8: return ((const uint8_t *)buf)[i];
     case SMDDP_INT32: return ((const int32_t *)buf)[i];
     case SMDDP_INT64: return (double)((const int64_t *)buf)[i];
+    case SMDDP_INT16: return ((const int16_t *)buf)[i];
+    case SMDDP_UINT16: return ((const uint16_t *)buf)[i];
+    case SMDDP_UINT32: return ((const uint32_t *)buf)[i];
+    case SMDDP_UINT64: return (double)((const uint64_t *)buf)[i];
     case SMDDP_FLOAT16: return smddp__fp16_to_fp32(((const uint16_t *)buf)[i]);
     case SMDDP_BFLOAT16: return smddp__bf16_to_fp32(((const uint16_t *)buf)[i]);
     case SMDDP_FLOAT32: return ((const float *)buf)[i];
@@ -64,10 +81,25 @@ static inline bool tv_op_valid(smddp_dtype_t t, smddp_op_t op)
     return true;
 }
 
+/* v as dtype t stores it: integers wrap modulo their width. */
+static inline double tv_wrap(smddp_dtype_t t, int64_t v)
+{
+    switch (t) {
+    case SMDDP_INT8: return (int8_t)v;
+    case SMDDP_UINT8: return (uint8_t)v;
+    case SMDDP_INT16: return (int16_t)v;
+    case SMDDP_UINT16: return (uint16_t)v;
+    case SMDDP_INT32: return (int32_t)v;
+    case SMDDP_UINT32: return (uint32_t)v;
+    case SMDDP_UINT64: return (double)(uint64_t)v;
+    default: return (double)v;
+    }
+}
+
 /*
  * What the library must produce for op over the stored values v[0..n) of n
  * ranks, in rank order: AVG divides in the accumulation type (fp32 for the
- * halves) and rounds once; integer AVG truncates; int8/uint8 wrap.
+ * halves) and rounds once; integer AVG truncates; integers wrap at their width.
  */
 static inline double tv_reduce(smddp_dtype_t t, smddp_op_t op, const double *v, int n,
                                double premul)
@@ -94,9 +126,7 @@ static inline double tv_reduce(smddp_dtype_t t, smddp_op_t op, const double *v, 
         }
     }
     if (op == SMDDP_BAND || op == SMDDP_BOR || op == SMDDP_BXOR) {
-        if (t == SMDDP_INT8) return (int8_t)iacc;
-        if (t == SMDDP_UINT8) return (uint8_t)iacc;
-        return (double)iacc;
+        return tv_wrap(t, iacc);
     }
     if (op == SMDDP_AVG) {
         if (tv_is_float(t)) {
@@ -108,8 +138,7 @@ static inline double tv_reduce(smddp_dtype_t t, smddp_op_t op, const double *v, 
         }
         return (double)((int64_t)acc / n);
     }
-    if (t == SMDDP_UINT8) return (uint8_t)(int64_t)acc;
-    if (t == SMDDP_INT8) return (int8_t)(int64_t)acc;
+    if (!tv_is_float(t)) return tv_wrap(t, (int64_t)acc);
     return acc;
 }
 

@@ -76,6 +76,10 @@ typedef enum smddp_dtype {
     SMDDP_BFLOAT16 = 5,
     SMDDP_FLOAT32 = 6,
     SMDDP_FLOAT64 = 7,
+    SMDDP_INT16 = 8,
+    SMDDP_UINT16 = 9,
+    SMDDP_UINT32 = 10,
+    SMDDP_UINT64 = 11,
     SMDDP_DTYPE_COUNT
 } smddp_dtype_t;
 
