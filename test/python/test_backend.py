@@ -529,13 +529,13 @@ def _check_groups_and_errors(rank, world, gloo):
         failures.append(f"get_backend(new group) is {dist.get_backend(other)!r}")
     # An unsupported dtype raises a clear error, before anything is issued.
     try:
-        dist.all_reduce(torch.ones(3, dtype=torch.int16))
-        failures.append("int16 allreduce did not raise")
+        dist.all_reduce(torch.empty(3, dtype=torch.bits16))
+        failures.append("bits16 allreduce did not raise")
     except RuntimeError as err:
-        if "int16" not in str(err) and "Short" not in str(err):
-            failures.append(f"int16 error does not name the dtype: {err}")
+        if "Bits16" not in str(err) and "bits16" not in str(err):
+            failures.append(f"bits16 error does not name the dtype: {err}")
         if "float32" not in str(err):
-            failures.append(f"int16 error does not list accepted dtypes: {err}")
+            failures.append(f"bits16 error does not list accepted dtypes: {err}")
     # The group still works after the rejected call.
     x = torch.ones(1)
     dist.all_reduce(x)
