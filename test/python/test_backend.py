@@ -1351,6 +1351,72 @@ def _check_new_dtypes(rank, world, gloo):
     return failures
 
 
+def _check_list_forms(rank, world, gloo):
+    """Every list-form collective with one tensor and several, an empty one
+    among them: float32 against gloo's results, complex64 (which gloo's
+    gather, scatter and reduce_scatter refuse) against every rank's inputs,
+    which each rank can make. The same nesting, the same results."""
+    failures = []
+    root = world - 1
+    for dtype in (torch.float32, torch.complex64):
+        local = dtype.is_complex
+        for sizes in ((3,), (0,), (2, 0, 5)):
+            ins = [_mine(dtype, rank, n=n, salt=20 + i) for i, n in enumerate(sizes)]
+            for i, x in enumerate(ins):
+                tag = f"{dtype} sizes {sizes} [{i}]"
+                of = [_mine(dtype, q, n=x.numel(), salt=20 + i) for q in range(world)]
+
+                def ref(fn, *a, **k):
+                    if not local:
+                        fn(*a, group=gloo, **k)
+
+                got = [torch.full_like(x, 9) for _ in range(world)]
+                want = of if local else [torch.full_like(x, 9) for _ in range(world)]
+                dist.all_gather(got, x)
+                ref(dist.all_gather, want, x)
+                for r in range(world):
+                    _same(failures, f"all_gather {tag} [{r}]", got[r], want[r])
+                got = [torch.full_like(x, 9) for _ in range(world)] if rank == root else None
+                want = (of if local else [torch.full_like(x, 9) for _ in range(world)]) \
+                    if rank == root else None
+                dist.gather(x, got, dst=root)
+                ref(dist.gather, x, want, dst=root)
+                if rank == root:
+                    for r in range(world):
+                        _same(failures, f"gather {tag} [{r}]", got[r], want[r])
+                parts = [x + r for r in range(world)] if rank == root else None
+                got = torch.full_like(x, 9)
+                want = of[root] + rank if local else torch.full_like(x, 9)
+                dist.scatter(got, parts, src=root)
+                ref(dist.scatter, want, parts, src=root)
+                _same(failures, f"scatter {tag}", got, want)
+                parts = [x * (r + 1) for r in range(world)]
+                got = torch.full_like(x, 9)
+                want = sum(o * (rank + 1) for o in of) if local else torch.full_like(x, 9)
+                dist.reduce_scatter(got, parts)
+                ref(dist.reduce_scatter, want, parts)
+                _same(failures, f"reduce_scatter {tag}", got, want)
+                parts = [x + r for r in range(world)]
+                got = [torch.full_like(x, 9) for _ in range(world)]
+                want = [o + rank for o in of] if local else [torch.full_like(x, 9) for _ in range(world)]
+                dist.all_to_all(got, parts)
+                ref(dist.all_to_all, want, parts)
+                for r in range(world):
+                    _same(failures, f"all_to_all {tag} [{r}]", got[r], want[r])
+            # allreduce_coalesced on the group, as FSDP and DDP call it.
+            got = [x.clone() for x in ins]
+            dist.group.WORLD.allreduce_coalesced(got).wait()
+            if local:
+                want = [sum(_mine(dtype, q, n=x.numel(), salt=20 + i) for q in range(world))
+                        for i, x in enumerate(ins)]
+            else:
+                want = [x.clone() for x in ins]
+                gloo.allreduce_coalesced(want).wait()
+            for i in range(len(ins)):
+                _same(failures, f"allreduce_coalesced {dtype} sizes {sizes} [{i}]", got[i], want[i])
+    return failures
+
+
 def _check_direct_call_fails(rank, world, gloo):
     """A direct call whose peer never comes raises at the group's timeout, as wait() would."""
     import time
@@ -1391,6 +1457,7 @@ COLLECTIVE_CHECKS = {
     "coalescing": _check_coalescing,
     "direct_calls": _check_direct_calls,
     "new_dtypes": _check_new_dtypes,
+    "list_forms": _check_list_forms,
 }
 
 
