@@ -37,6 +37,10 @@ smddp.all_reduce, which leaves out the Work too), with torch's fake backend
 beside them: dist.all_reduce on a group that communicates nothing, torch's
 own share of every call.
 
+Then pipeline parallelism's ring exchange (batch_isend_irecv to the next
+rank and from the previous, then wait) at 8 B, 64 KiB, 1 MiB and 16 MiB,
+smddp beside gloo.
+
 Outputs: a markdown table on stdout with both backends and the ratio
 (gloo time / smddp time), DIR/torch_bench.csv and DIR/torch_bench.png (busbw vs
 size, log-log; needs matplotlib). Then DDP on a communication-heavy model
@@ -292,6 +296,43 @@ def slowest_mean(torch, dist, op, iters, ctl, start_group) -> float:
     return t.item()
 
 
+RING_SIZES = (8, 64 << 10, 1 << 20, 16 << 20)
+
+
+def ring_exchange(torch, dist, groups, ctl, rank, n) -> dict:
+    """Pipeline parallelism's exchange: every rank isends to the next and irecvs
+    from the previous in one batch_isend_irecv (a coalesced batch on smddp),
+    then waits; us per exchange, the slowest rank's mean, each backend in turn,
+    the result checked once per size."""
+    out = {}
+    nxt, prv = (rank + 1) % n, (rank - 1) % n
+    for size in RING_SIZES:
+        send = torch.full((max(1, size // 4),), float(rank))
+        recv = torch.empty_like(send)
+        for be in BACKENDS:
+            g = groups[be]
+
+            def go(g=g):
+                for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, send, nxt, group=g),
+                                                 dist.P2POp(dist.irecv, recv, prv, group=g)]):
+                    w.wait()
+
+            recv.fill_(-1)
+            go()
+            ok = bool((recv == prv).all())
+            t0 = time.perf_counter()
+            for _ in range(3):
+                go()
+            est = torch.tensor([(time.perf_counter() - t0) / 3], dtype=torch.float64)
+            dist.all_reduce(est, op=dist.ReduceOp.MAX, group=ctl)
+            iters = max(5, min(2000, int(0.3 / max(est.item(), 1e-7))))
+            sec = slowest_mean(torch, dist, go, iters, ctl, ctl)
+            bad = torch.tensor([0 if ok else 1])
+            dist.all_reduce(bad, group=ctl)
+            out.setdefault(be, {})[size] = {"us": sec * 1e6, "wrong": int(bad.item())}
+    return out
+
+
 def latency(torch, dist, args, groups, ctl) -> dict:
     """p50 and p90 (us) of single 8 B allreduce calls, each timed on its own.
 
@@ -443,6 +484,7 @@ def worker(rank: int, args, port: int | None, result_path: str | None) -> None:
     res["copy16"] = copy_reference(torch, dist, ctl)
     if args.latency_calls > 0:
         res["latency"] = latency(torch, dist, args, groups, ctl)
+    res["ring"] = ring_exchange(torch, dist, groups, ctl, rank, n)
     dist.barrier(group=ctl)
     t_start = time.perf_counter()
     for size in sizes_for(args.min, args.max, args.factor):
@@ -530,6 +572,20 @@ def report(args, res: dict, wall: float) -> int:
             skew = f"{a['skew_us']:.1f}" if a and a.get("skew_us") is not None else "-"
             print(f"| {fmt_size(s)} | {a['time_us']:.1f} | {skew} | {a['algbw']:.3f} | {a['busbw']:.3f} "
                   f"| {b['time_us']:.1f} | {b['algbw']:.3f} | {b['busbw']:.3f} | {ratio:.2f}x |")
+        print()
+
+    ring = res.get("ring")
+    if ring:
+        print("## ring exchange (batch_isend_irecv: isend to the next rank, irecv from the "
+              "previous, then wait; us per exchange, the slowest rank's mean)")
+        print()
+        print("| size | smddp us | gloo us | gloo/smddp time |")
+        print("|---:|---:|---:|---:|")
+        for size in sorted(ring["smddp"], key=int):
+            a, b = ring["smddp"][size], ring["gloo"][size]
+            flag = lambda r: " WRONG" if r["wrong"] else ""
+            print(f"| {fmt_size(int(size))} | {a['us']:.1f}{flag(a)} | {b['us']:.1f}{flag(b)} "
+                  f"| {b['us'] / a['us']:.2f}x |")
         print()
 
     lat = res.get("latency")

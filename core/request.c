@@ -90,7 +90,14 @@ smddp_status_t smddp__request_wait_done(smddp__op_t *op, int64_t timeout_ms)
     /* Capped at 1e12 ms, as communicator timeouts are: INT64_MAX ms must not wrap. */
     int64_t capped_ms = SMDDP_MIN(timeout_ms, (int64_t)1000000000000LL);
     int64_t deadline = timeout_ms >= 0 ? smddp__now_ns() + capped_ms * 1000000LL : 0;
-    for (int i = 0; i < 2000 && !atomic_load(&op->done); i++) smddp__cpu_relax();
+    /*
+     * Collectives mostly complete on threads of other processes: a short
+     * spin catches them. A send or receive completes on this process's
+     * send/recv thread, which, on a rank pinned to one core, spinning here
+     * would keep off the core: sleep at once.
+     */
+    int spins = op->kind == SMDDP_OP_SEND || op->kind == SMDDP_OP_RECV ? 0 : 2000;
+    for (int i = 0; i < spins && !atomic_load(&op->done); i++) smddp__cpu_relax();
     while (!atomic_load(&op->done)) {
         struct timespec ts = {0, 100 * 1000 * 1000};
         if (deadline) {

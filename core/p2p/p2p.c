@@ -328,6 +328,8 @@ static void *p2p_main(void *arg)
     pthread_mutex_lock(&p->lock);
     for (;;) {
         smddp__op_t *failed = NULL;
+        /* New work: the back-off below starts again from spinning. */
+        if (p->incoming) idle = 0;
         while (p->incoming) {
             smddp__op_t *op = p->incoming;
             /*
