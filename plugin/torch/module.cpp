@@ -4,7 +4,9 @@
 
 #include <torch/csrc/utils/pybind.h>
 
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/library.h>
 
 #include "backend.hpp"
 
@@ -32,7 +34,64 @@ smddp_torch::ProcessGroupSMDDP* smddp_backend_for(
   return smddp_backend(group->getBackend(t.device().type()), fn);
 }
 
+// The reduce op of torch's functional collectives' names ("sum", "avg",
+// "product", "min", "max", "band", "bor", "bxor").
+c10d::ReduceOp op_named(const std::string& name) {
+  static const std::pair<const char*, c10d::ReduceOp::RedOpType> ops[] = {
+      {"sum", c10d::ReduceOp::SUM},   {"avg", c10d::ReduceOp::AVG},
+      {"product", c10d::ReduceOp::PRODUCT}, {"min", c10d::ReduceOp::MIN},
+      {"max", c10d::ReduceOp::MAX},   {"band", c10d::ReduceOp::BAND},
+      {"bor", c10d::ReduceOp::BOR},   {"bxor", c10d::ReduceOp::BXOR}};
+  for (const auto& [n, op] : ops) {
+    if (name == n) {
+      return c10d::ReduceOp(op);
+    }
+  }
+  TORCH_CHECK(false, "smddp::all_reduce_: reduce op '", name, "' is not one of sum, avg, "
+              "product, min, max, band, bor, bxor");
+}
+
+// torch.ops.smddp.all_reduce_ and all_gather_into_tensor_out: smddp.all_reduce
+// and smddp.all_gather_into_tensor as operators, so that torch.compile traces
+// them (the group by its registered name, as functional collectives take it).
+// They write their tensor argument and return nothing, which functionalization
+// (torch.compile) takes for a custom operator.
+void all_reduce_op(at::Tensor tensor, std::string reduce_op, std::string group_name) {
+  auto group = c10d::resolve_process_group(group_name);
+  smddp_backend_for(group, tensor, "all_reduce")->allreduce_now(tensor, op_named(reduce_op));
+}
+
+void all_gather_op(at::Tensor input, std::string group_name, at::Tensor out) {
+  auto group = c10d::resolve_process_group(group_name);
+  smddp_backend_for(group, input, "all_gather_into_tensor")->allgather_now(out, input);
+}
+
+// Under torch.compile's fake tensors: nothing to compute.
+void all_reduce_meta(at::Tensor, std::string, std::string) {}
+
+void all_gather_meta(at::Tensor, std::string, at::Tensor) {}
+
 }  // namespace
+
+TORCH_LIBRARY(smddp, m) {
+  m.def("all_reduce_(Tensor(a!) tensor, str reduce_op, str group_name) -> ()");
+  m.def("all_gather_into_tensor_out(Tensor input, str group_name, *, Tensor(a!) out) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(smddp, CPU, m) {
+  m.impl("all_reduce_", all_reduce_op);
+  m.impl("all_gather_into_tensor_out", all_gather_op);
+}
+
+TORCH_LIBRARY_IMPL(smddp, CUDA, m) {
+  m.impl("all_reduce_", all_reduce_op);
+  m.impl("all_gather_into_tensor_out", all_gather_op);
+}
+
+TORCH_LIBRARY_IMPL(smddp, Meta, m) {
+  m.impl("all_reduce_", all_reduce_meta);
+  m.impl("all_gather_into_tensor_out", all_gather_meta);
+}
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "libsmddp's torch.distributed backend (C++ shim)";

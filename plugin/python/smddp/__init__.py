@@ -21,6 +21,7 @@ __all__ = ["BACKEND_NAME", "is_registered"]
 # Why the backend could not be loaded, when this import happened inside
 # torch's own import (entry-point autoload) and had to stay silent.
 _load_error = None
+_OP_NAMES: dict = {}  # torch.distributed.ReduceOp -> the name torch.ops.smddp.all_reduce_ takes
 
 
 def _torch_initializing() -> bool:
@@ -66,6 +67,14 @@ def is_registered() -> bool:
     return BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {})
 
 
+def _op_names() -> dict:
+    import torch.distributed as dist
+
+    R = dist.ReduceOp
+    return {R.SUM: "sum", R.AVG: "avg", R.PRODUCT: "product", R.MIN: "min", R.MAX: "max",
+            R.BAND: "band", R.BOR: "bor", R.BXOR: "bxor"}
+
+
 def _load() -> None:
     """Loads smddp._C, checks it matches the running torch, registers."""
     import torch.distributed as dist
@@ -94,6 +103,7 @@ def _load() -> None:
             BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"]
         )
     _keep_shrunk_groups_custom()
+    _OP_NAMES.update(_op_names())
 
 
 def _keep_shrunk_groups_custom() -> None:
@@ -257,6 +267,26 @@ def _now_group(group, fast, fn: str):
     return group
 
 
+def _traced(fn: str, a, b, group) -> None:
+    """Under torch.compile: the operators torch.ops.smddp.* (registered by
+    smddp._C), which the compiler traces, the group by its registered name."""
+    import torch.distributed as dist
+
+    if _load_error is not None:
+        raise RuntimeError(f"the smddp backend is not available: {_load_error}")
+    if group is None:
+        group = dist.group.WORLD
+    name = group.group_name
+    if fn == "all_reduce":
+        op = "sum" if b is None else _OP_NAMES.get(b)
+        if op is None:
+            raise ValueError(f"smddp.all_reduce under torch.compile: op {b} is not one of "
+                             f"{', '.join(_OP_NAMES.values())}")
+        torch.ops.smddp.all_reduce_(a, op, name)
+    else:
+        torch.ops.smddp.all_gather_into_tensor_out(b, name, out=a)
+
+
 def all_reduce(tensor, op=None, group=None) -> None:
     """``torch.distributed.all_reduce(tensor, op, group)`` on an smddp group, done on return.
 
@@ -271,6 +301,9 @@ def all_reduce(tensor, op=None, group=None) -> None:
     ``torch.distributed.all_reduce`` for a Work. Errors are those of a
     failed Work's ``wait()``.
     """
+    if torch.compiler.is_compiling():
+        _traced("all_reduce", tensor, op, group)
+        return
     fast = _fast or _fast_path()
     group = _now_group(group, fast, "all_reduce")
     if group is not None:
@@ -285,6 +318,9 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None) -> None:
     numel, as with torch's call. Runs as ``smddp.all_reduce`` does: on the
     calling thread, with no Work, Future or dispatcher.
     """
+    if torch.compiler.is_compiling():
+        _traced("all_gather_into_tensor", output_tensor, input_tensor, group)
+        return
     fast = _fast or _fast_path()
     group = _now_group(group, fast, "all_gather_into_tensor")
     if group is not None:
