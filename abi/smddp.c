@@ -19,7 +19,8 @@
 #include "trace.h"
 #include "queue.h"
 
-#define ACCEPTED_DTYPES "int8, uint8, int32, int64, float16, bfloat16, float32, float64"
+#define ACCEPTED_DTYPES \
+    "int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16, bfloat16, float32, float64"
 #define ACCEPTED_OPS "sum, prod, min, max, avg, premul_sum, band, bor, bxor"
 
 int smddp_get_version(void) { return SMDDP_VERSION; }

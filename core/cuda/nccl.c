@@ -84,10 +84,17 @@ const smddp__nccl_api_t *smddp__nccl(const char **why)
 
 /* ---- routing ---------------------------------------------------------------- */
 
-/* NCCL's dtype for dt; -1 where NCCL has none (int16, uint16). */
-static int nccl_dtype(smddp_dtype_t dt)
+/*
+ * NCCL's dtype for op's elements; -1 where NCCL has none. int16 and uint16,
+ * which NCCL lacks, travel as float16 when they only move (NCCL does not
+ * touch the bits of data it does not reduce); they cannot be reduced there.
+ */
+static int nccl_dtype(const smddp__op_t *op)
 {
-    switch (dt) {
+    bool reduces = smddp__op_traits(op->kind)->reduces;
+    switch (op->dtype) {
+    case SMDDP_INT16:
+    case SMDDP_UINT16: return reduces ? -1 : SMDDP_NCCL_FLOAT16;
     case SMDDP_INT8: return SMDDP_NCCL_INT8;
     case SMDDP_UINT8: return SMDDP_NCCL_UINT8;
     case SMDDP_INT32: return SMDDP_NCCL_INT32;
@@ -104,7 +111,7 @@ static int nccl_dtype(smddp_dtype_t dt)
 
 bool smddp__nccl_has_op(const smddp__op_t *op)
 {
-    if (nccl_dtype(op->dtype) < 0) return false;
+    if (nccl_dtype(op) < 0) return false;
     if (!smddp__op_traits(op->kind)->reduces) return true;
     switch (op->spec.op) {
     case SMDDP_BAND:
@@ -174,7 +181,7 @@ static smddp_status_t exchange(smddp_comm_t comm, smddp__op_t *op, const int64_t
 {
     smddp__nccl_comm_t nc = comm->nccl;
     size_t es = smddp__dtype_size(op->dtype);
-    int dt = nccl_dtype(op->dtype);
+    int dt = nccl_dtype(op);
     NCCL_TRY(comm, api.GroupStart());
     for (int r = 0; r < comm->size; r++) {
         if (scount[r] > 0) {
@@ -294,14 +301,16 @@ smddp_status_t smddp__nccl_execute(smddp_comm_t comm, smddp__op_t *op)
                             comm->rank, smddp__op_kind_name(op->kind), why);
     if (!smddp__nccl_has_op(op))
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                            "rank %d: %s with %s on CUDA memory across %d nodes: NCCL has no %s "
-                            "and smddp's CUDA collectives stay inside a node",
-                            comm->rank, smddp__op_kind_name(op->kind), smddp__redop_name(op->spec.op),
-                            comm->node_count, smddp__redop_name(op->spec.op));
+                            "rank %d: %s of %s with %s on CUDA memory across %d nodes: NCCL has "
+                            "no %s %s, and smddp's CUDA collectives stay inside a node",
+                            comm->rank, smddp__op_kind_name(op->kind),
+                            smddp__dtype_name(op->dtype), smddp__redop_name(op->spec.op),
+                            comm->node_count, smddp__dtype_name(op->dtype),
+                            smddp__redop_name(op->spec.op));
     /* The caller has made the buffers' device current. */
     if (!comm->nccl) SMDDP_CHECK(init_comm(comm));
     smddp__nccl_comm_t nc = comm->nccl;
-    int dt = nccl_dtype(op->dtype);
+    int dt = nccl_dtype(op);
     int redop = SMDDP_NCCL_SUM;
     bool premul = false;
     switch (op->spec.op) {

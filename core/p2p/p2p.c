@@ -328,8 +328,6 @@ static void *p2p_main(void *arg)
     pthread_mutex_lock(&p->lock);
     for (;;) {
         smddp__op_t *failed = NULL;
-        /* New work: the back-off below starts again from spinning. */
-        if (p->incoming) idle = 0;
         while (p->incoming) {
             smddp__op_t *op = p->incoming;
             /*
@@ -339,6 +337,7 @@ static void *p2p_main(void *arg)
             smddp_status_t ready = op->stage ? smddp__cuda_stage_ready(op) : SMDDP_OK;
             if (ready == SMDDP_IN_PROGRESS) break;
             p->incoming = op->next;
+            idle = 0; /* new work: the back-off below starts again from spinning */
             if (ready < 0) {
                 int flr = op->root >= 0 ? smddp__local_index(comm, op->root) : -1;
                 if (op->kind == SMDDP_OP_RECV && flr >= 0)

@@ -169,6 +169,9 @@ void ProcessGroupSMDDP::issue_allgather_list(const c10::intrusive_ptr<WorkSMDDP>
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather(
     std::vector<std::vector<at::Tensor>>& given_outputs, std::vector<at::Tensor>& given_inputs,
     const c10d::AllgatherOptions& opts) {
+  for (size_t i = 0; i < given_inputs.size() && i < given_outputs.size(); ++i) {
+    check_dtype(given_inputs[i], given_outputs[i], "allgather");
+  }
   auto outputs = as_elems(given_outputs);
   auto inputs = as_elems(given_inputs);
   TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
@@ -184,6 +187,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather(
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& given_outputs, std::vector<at::Tensor>& given_inputs,
     const c10d::AllgatherOptions& opts) {
+  for (const auto& list : given_outputs) {
+    for (size_t i = 0; i < list.size() && i < given_inputs.size(); ++i) {
+      check_dtype(given_inputs[i], list[i], "allgather_coalesced");
+    }
+  }
   auto outputTensorLists = as_elems(given_outputs);
   auto inputs = as_elems(given_inputs);
   TORCH_CHECK(static_cast<int>(outputTensorLists.size()) == size_,
@@ -214,6 +222,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_coalesced(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_allgather_base(
     at::Tensor& given_output, at::Tensor& given_input, const c10d::AllgatherOptions& opts) {
+  check_dtype(given_input, given_output, "allgather");
   at::Tensor output = as_elems(given_output);
   at::Tensor input = as_elems(given_input);
   auto work = new_work(c10d::OpType::_ALLGATHER_BASE, {output}, opts);
@@ -243,6 +252,7 @@ void ProcessGroupSMDDP::allreduce_now(at::Tensor& given, const c10d::ReduceOp& r
 }
 
 void ProcessGroupSMDDP::allgather_now(at::Tensor& given_output, at::Tensor& given_input) {
+  check_dtype(given_input, given_output, "allgather");
   at::Tensor output = as_elems(given_output);
   at::Tensor input = as_elems(given_input);
   smddp_dtype_t dt = check_allgather_base(output, input, size_);
@@ -262,6 +272,9 @@ void ProcessGroupSMDDP::allgather_now(at::Tensor& given_output, at::Tensor& give
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& given_outputs, std::vector<at::Tensor>& given_inputs,
     const c10d::AllgatherOptions& opts) {
+  for (size_t i = 0; i < given_inputs.size() && i < given_outputs.size(); ++i) {
+    check_dtype(given_inputs[i], given_outputs[i], "allgather_into_tensor_coalesced");
+  }
   auto outputs = as_elems(given_outputs);
   auto inputs = as_elems(given_inputs);
   TORCH_CHECK(outputs.size() == inputs.size(),
@@ -296,6 +309,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter(
     const c10d::ReduceScatterOptions& opts) {
   for (const auto& t : given_outputs) {
     check_reducible(t, opts.reduceOp, "reduce_scatter");
+    for (const auto& list : given_inputs) {
+      check_dtype(t, list, "reduce_scatter");
+    }
   }
   auto outputs = as_elems(given_outputs);
   auto inputs = as_elems(given_inputs);
@@ -321,6 +337,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_reduce_scatter_base(
     at::Tensor& given_output, at::Tensor& given_input, const c10d::ReduceScatterOptions& opts) {
+  check_dtype(given_input, given_output, "reduce_scatter");
   check_reducible(given_input, opts.reduceOp, "reduce_scatter");
   at::Tensor output = as_elems(given_output);
   at::Tensor input = as_elems(given_input);
@@ -332,8 +349,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& given_outputs, std::vector<at::Tensor>& given_inputs,
     const c10d::ReduceScatterOptions& opts) {
-  for (const auto& t : given_inputs) {
-    check_reducible(t, opts.reduceOp, "reduce_scatter_tensor_coalesced");
+  for (size_t i = 0; i < given_inputs.size(); ++i) {
+    if (i < given_outputs.size()) {
+      check_dtype(given_inputs[i], given_outputs[i], "reduce_scatter_tensor_coalesced");
+    }
+    check_reducible(given_inputs[i], opts.reduceOp, "reduce_scatter_tensor_coalesced");
   }
   auto outputs = as_elems(given_outputs);
   auto inputs = as_elems(given_inputs);
@@ -387,6 +407,12 @@ static void split_counts(const at::Tensor& t, const std::vector<int64_t>& splits
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall_base(
     at::Tensor& given_output, at::Tensor& given_input, std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
+  check_dtype(given_input, given_output, "alltoall_base");
+  // A complex tensor splits along dim 0 of its real view, which a 0-dim one lacks.
+  TORCH_CHECK(!(given_input.defined() && given_input.is_complex() && given_input.dim() == 0) &&
+                  !(given_output.defined() && given_output.is_complex() && given_output.dim() == 0),
+              "smddp alltoall_base: a 0-dim complex tensor cannot be split among ranks; give it "
+              "a dimension (t.reshape(1))");
   at::Tensor output = as_elems(given_output);
   at::Tensor input = as_elems(given_input);
   check_tensor(input, "alltoall_base");
@@ -421,6 +447,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::alltoall(std::vector<at::Tensor>& given_outputs,
                                                            std::vector<at::Tensor>& given_inputs,
                                                            const c10d::AllToAllOptions& opts) {
+  if (!given_inputs.empty()) {
+    check_dtype(given_inputs[0], given_inputs, "alltoall");
+    check_dtype(given_inputs[0], given_outputs, "alltoall");
+  }
   auto outputs = as_elems(given_outputs);
   auto inputs = as_elems(given_inputs);
   TORCH_CHECK(static_cast<int>(inputs.size()) == size_ &&
@@ -485,6 +515,9 @@ void ProcessGroupSMDDP::issue_gather_base(const c10::intrusive_ptr<WorkSMDDP>& w
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather_single(at::Tensor& given_output,
                                                                 at::Tensor& given_input,
                                                                 const c10d::GatherOptions& opts) {
+  if (rank_ == static_cast<int>(opts.rootRank)) {
+    check_dtype(given_input, given_output, "gather_single");
+  }
   at::Tensor output = as_elems(given_output);
   at::Tensor input = as_elems(given_input);
   check_tensor(input, "gather_single");
@@ -510,6 +543,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather_single(at::Tensor& give
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather(
     std::vector<std::vector<at::Tensor>>& given_outputs, std::vector<at::Tensor>& given_inputs,
     const c10d::GatherOptions& opts) {
+  for (const auto& t : given_inputs) {
+    for (const auto& list : given_outputs) {
+      check_dtype(t, list, "gather");
+    }
+  }
   auto outputs = as_elems(given_outputs);
   auto inputs = as_elems(given_inputs);
   TORCH_CHECK(inputs.size() == 1, "smddp gather takes one input tensor per call");
@@ -551,6 +589,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::gather(
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::scatter(
     std::vector<at::Tensor>& given_outputs, std::vector<std::vector<at::Tensor>>& given_inputs,
     const c10d::ScatterOptions& opts) {
+  for (const auto& t : given_outputs) {
+    for (const auto& list : given_inputs) {
+      check_dtype(t, list, "scatter");
+    }
+  }
   auto outputs = as_elems(given_outputs);
   auto inputs = as_elems(given_inputs);
   TORCH_CHECK(outputs.size() == 1, "smddp scatter takes one output tensor per call");

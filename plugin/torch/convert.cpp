@@ -15,8 +15,8 @@ namespace detail {
 const char* const kAcceptedDtypes =
     "float32, float64, float16, bfloat16, int8, uint8, int16, uint16, int32, uint32, int64, "
     "uint64, bool (reductions of bool are logical: SUM and MAX or, PRODUCT and MIN and, as in "
-    "gloo), complex64 and complex128 (reductions: SUM, AVG, PREMUL_SUM, over the real and "
-    "imaginary parts), float8 types (data movement only)";
+    "gloo), complex32, complex64 and complex128 (reductions: SUM, AVG, PREMUL_SUM, over the "
+    "real and imaginary parts), float8 types (data movement only)";
 
 [[noreturn]] void throw_backend_error(const std::string& msg) {
   C10_THROW_ERROR(DistBackendError, msg);
@@ -171,6 +171,19 @@ void check_reducible(const at::Tensor& t, const c10d::ReduceOp& rop, const char*
                 "smddp ", fn, ": ReduceOp ", static_cast<int>(rop.op_), " is not defined on ",
                 type, " tensors; accepted: SUM, AVG, PREMUL_SUM (over the real and imaginary "
                 "parts)");
+  }
+}
+
+void check_dtype(const at::Tensor& ref, const at::Tensor& t, const char* fn) {
+  if (ref.defined() && t.defined()) {
+    TORCH_CHECK(ref.scalar_type() == t.scalar_type(), "smddp ", fn, ": tensors of dtypes ",
+                ref.scalar_type(), " and ", t.scalar_type(), " in one call; give one dtype");
+  }
+}
+
+void check_dtype(const at::Tensor& ref, const std::vector<at::Tensor>& ts, const char* fn) {
+  for (const auto& t : ts) {
+    check_dtype(ref, t, fn);
   }
 }
 

@@ -50,6 +50,12 @@ std::vector<std::vector<at::Tensor>> as_elems(const std::vector<std::vector<at::
 // AVG and PREMUL_SUM (which act on the parts independently).
 void check_reducible(const at::Tensor& t, const c10d::ReduceOp& rop, const char* fn);
 
+// Refuses t when its dtype is not ref's; undefined tensors pass. Run on the
+// tensors as given, before as_elems, which would hide a complex64 against a
+// float32 (..., 2), or one float8 type against another.
+void check_dtype(const at::Tensor& ref, const at::Tensor& t, const char* fn);
+void check_dtype(const at::Tensor& ref, const std::vector<at::Tensor>& ts, const char* fn);
+
 void check_tensor(const at::Tensor& t, const char* fn);
 // The same dtype and the same device.
 void check_alike(const at::Tensor& a, const at::Tensor& b, const char* fn);

@@ -1341,6 +1341,33 @@ def _check_new_dtypes(rank, world, gloo):
                 except RuntimeError as err:
                     if "cannot be reduced" not in str(err) or "allgather" not in str(err):
                         failures.append(f"{how} of {dtype}: the error does not say why: {err}")
+    # Mixed dtypes are refused before anything is issued, naming both, including
+    # pairs that share a layout (complex64 against float32 (..., 2); two float8s).
+    pg = dist.group.WORLD
+    cases = [("allgather", lambda: pg._allgather_base(
+        torch.empty(2 * world, dtype=torch.float32), torch.ones(1, dtype=torch.complex64)))]
+    if len(FP8) == 2:
+        cases.append(("allgather fp8", lambda: dist.all_gather_into_tensor(
+            torch.empty(world, dtype=FP8[1]), torch.ones(1).to(FP8[0]))))
+    cases.append(("reduce_scatter", lambda: pg._reduce_scatter_base(
+        torch.empty(1, dtype=torch.complex64), torch.ones(2 * world), dist.ReduceScatterOptions())))
+    cases.append(("reduce_scatter list MAX", lambda: dist.reduce_scatter(
+        torch.empty(2), [torch.ones(1, dtype=torch.complex64)] * world, op=dist.ReduceOp.MAX)))
+    # (torch's all_to_all_single passes complex tensors as their real views; the
+    # group's method hands them over as they are.)
+    cases.append(("alltoall_base 0-dim complex", lambda: pg.alltoall_base(
+        torch.empty((), dtype=torch.complex64), torch.ones((), dtype=torch.complex64), [], [],
+        dist.AllToAllOptions())))
+    for what, call in cases:
+        try:
+            call()
+            failures.append(f"{what}: mixed or unsplittable tensors did not raise")
+        except (RuntimeError, ValueError) as err:
+            if not any(w in str(err) for w in ("dtypes", "0-dim", "not defined on")):
+                failures.append(f"{what}: the error does not say why: {err}")
+    x = torch.ones(2)
+    dist.all_reduce(x)  # the group still works after the refusals
+    _same(failures, "allreduce after refusals", x, torch.full((2,), float(world)))
     # A conj() view is refused with what to do.
     try:
         smddp.all_reduce(_mine(torch.complex64, rank).conj())

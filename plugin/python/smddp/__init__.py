@@ -258,7 +258,7 @@ def _now_group(group, fast, fn: str):
         if group is None:
             raise RuntimeError(f"smddp.{fn}: torch.distributed is not initialised "
                                "(call init_process_group first)")
-    elif group is fast[3]:
+    elif isinstance(group, int) and group == fast[3]:
         import warnings
 
         warnings.warn(f"smddp.{fn}: this rank is not a member of the group; nothing done",
@@ -276,6 +276,8 @@ def _traced(fn: str, a, b, group) -> None:
         raise RuntimeError(f"the smddp backend is not available: {_load_error}")
     if group is None:
         group = dist.group.WORLD
+    if isinstance(group, int) and group == dist.GroupMember.NON_GROUP_MEMBER:
+        return  # not a member: nothing to do, as in eager mode
     name = group.group_name
     if fn == "all_reduce":
         op = "sum" if b is None else _OP_NAMES.get(b)
