@@ -39,8 +39,6 @@ static void comm_free(smddp_comm_t comm)
     free(comm->node_of);
     free(comm->node_ranks);
     free(comm->local_ranks);
-    free(comm->p2p_send_seq);
-    free(comm->p2p_recv_seq);
     free((void *)comm->seen_dead);
     smddp__trace_free(comm->trace);
     smddp__progress_free(comm->progress);
@@ -71,10 +69,8 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     pthread_mutex_init(&comm->stage_lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
     atomic_init(&comm->aborted, 0);
-    comm->p2p_send_seq = calloc((size_t)size, sizeof(uint64_t));
-    comm->p2p_recv_seq = calloc((size_t)size, sizeof(uint64_t));
     comm->seen_dead = calloc((size_t)size, sizeof(*comm->seen_dead));
-    if (!comm->p2p_send_seq || !comm->p2p_recv_seq || !comm->seen_dead) {
+    if (!comm->seen_dead) {
         st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate a communicator of %d ranks", size);
         goto fail;
     }

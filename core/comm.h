@@ -95,8 +95,6 @@ struct smddp_comm {
     uint64_t next_seq;
     _Atomic uint64_t shrinks; /* smddp_comm_shrink calls so far: names the next one */
     _Atomic bool *seen_dead; /* per rank: the liveness watch saw it die (smddp_comm_peer_state) */
-    uint64_t *p2p_send_seq;  /* per peer, next message number */
-    uint64_t *p2p_recv_seq;
 
     /* Abort: first failure wins; later ops fail fast with its message. */
     atomic_int aborted;

@@ -149,20 +149,10 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
         return smddp__error(SMDDP_ERR_INVALID_ARGUMENT, "communicator is being destroyed");
     }
     if (op->kind == SMDDP_OP_SEND || op->kind == SMDDP_OP_RECV) {
-        /* A receive from any rank takes its number when it is matched (p2p.c). */
-        if (op->root >= 0)
-            op->seq = op->kind == SMDDP_OP_SEND ? comm->p2p_send_seq[op->root]++
-                                                : comm->p2p_recv_seq[op->root]++;
         op->path = "p2p";
         smddp__trace_start(comm->trace, op, smddp__trace_issue(comm->trace, op));
         smddp_status_t st = smddp__p2p_submit(comm, op);
         if (st < 0) smddp__trace_finish(comm->trace, op, st);
-        if (st < 0 && op->root >= 0) { /* never issued: the next message keeps this number */
-            if (op->kind == SMDDP_OP_SEND)
-                comm->p2p_send_seq[op->root]--;
-            else
-                comm->p2p_recv_seq[op->root]--;
-        }
         pthread_mutex_unlock(&comm->lock);
         if (st < 0 || !req) {
             if (st >= 0) st = smddp__request_wait(op, -1);

@@ -4,26 +4,36 @@
  * Collectives run one at a time in issue order, but send/recv must not: the
  * usual exchange "irecv from prev, isend to next" on every rank would
  * deadlock if each rank's receive blocked its own send. So send/recv ops
- * bypass the collective queue. Each goes into a FIFO per (direction, peer),
- * which keeps messages between two ranks in order, and the p2p thread moves
- * bytes for the head of every FIFO at once through the pair rings, never
- * blocking on any single one. A message is a 16-byte header (magic, tag,
- * length) and the payload.
+ * bypass the collective queue and the p2p thread moves bytes for all of them
+ * at once, never blocking on any single one.
+ *
+ * Messages match by (source, tag), as in MPI and gloo: a receive takes the
+ * oldest message from its source with its tag that no receive has taken, so
+ * messages with the same source and tag arrive in send order, and a receive
+ * for tag 7 posted before one for tag 3 gets the message sent with tag 7,
+ * whichever was sent first. Each message carries its number among those of
+ * its (sender, receiver, tag), counted on both sides (seq_map).
+ *
+ * Between ranks of a node, a message is a 16-byte header (magic, tag,
+ * length) and the payload, in the pair's ring, in send order. The receiving
+ * side reads a header, then streams the payload into the oldest receive
+ * waiting for that tag; when none is, but some receive waits for a later
+ * message of the pair (or from any rank), the message is set aside in an
+ * unexpected buffer so that the ring moves on. With no receive waiting, it
+ * stays in the ring, to be copied once into the receive posted later. A
+ * receive looks at the set-aside messages of its source first.
  *
  * A peer on another node is reached through the communicator's send/recv
- * endpoint (comm->ofi_p2p), which only this thread drives (p2p_net.c; the
- * peeks for receives from any rank below): each op is posted as soon as it
- * arrives, tagged (per-peer message number, user tag); a receive matches the
- * next message number whatever its tag and then checks tag and size, so
- * messages between two ranks match in order, as inside a node.
+ * endpoint (comm->ofi_p2p), which only this thread drives (p2p_net.c): each
+ * op is posted tagged (message number, user tag), and libfabric matches the
+ * exact tag, whatever the order messages come in.
  *
- * A receive from any rank waits in its own FIFO until some rank's next
- * message is there for it: a pair ring with bytes in it, or a message that
- * a peek (FI_PEEK, tagged with the pair's next message number) finds on the
- * network, from a rank no directed receive is waiting for. It is then bound
- * to that rank, takes the pair's next message number, and goes on as a
- * directed receive. Receives from any rank are matched in posting order; a
- * directed receive waiting for a rank keeps that rank's messages for itself.
+ * A receive from any rank waits in its own FIFO until some rank's message
+ * with its tag is there: one set aside or coming up in a pair ring, or one a
+ * peek (FI_PEEK, tagged with that rank's next number for the tag) finds on
+ * the network. It is then bound to that rank and goes on as a directed
+ * receive. Receives from any rank are matched in posting order; a directed
+ * receive waiting for a rank takes that rank's messages ahead of them.
  */
 #include <inttypes.h>
 #include <sched.h>
@@ -49,14 +59,34 @@ static void fifo_push(smddp__op_t **head, smddp__op_t *op)
     *head = op;
 }
 
-static void finish(smddp_comm_t comm, smddp__op_t **head, p2p_state_t *state, smddp_status_t st)
+/* Completes a send or receive the engine holds. */
+static void complete(smddp_comm_t comm, smddp__op_t *op, smddp_status_t st)
 {
-    smddp__op_t *op = *head;
-    *head = op->next;
-    memset(state, 0, sizeof(*state));
     comm->p2p->active--;
     smddp__op_complete(op, st);
     smddp__request_unref(op);
+}
+
+static void finish_send(smddp_comm_t comm, int lr, smddp_status_t st)
+{
+    smddp__p2p_t *p = comm->p2p;
+    smddp__op_t *op = p->sendq[lr];
+    p->sendq[lr] = op->next;
+    memset(&p->sends[lr], 0, sizeof(p->sends[lr]));
+    complete(comm, op, st);
+}
+
+static size_t op_bytes(const smddp__op_t *op) { return op->count * smddp__dtype_size(op->dtype); }
+
+/* The error of a receive given a message of another size (the message is dropped). */
+static smddp_status_t size_mismatch(const smddp__op_t *op, uint64_t bytes)
+{
+    char desc[256];
+    smddp__op_describe(op, desc, sizeof(desc));
+    return smddp__error_quiet(SMDDP_ERR_MISMATCH,
+                              "%s: the message from rank %d with tag %d has %" PRIu64 " bytes, "
+                              "but this recv expects %zu; the message was discarded",
+                              desc, op->root, op->tag, bytes, op_bytes(op));
 }
 
 /* Moves what it can for the head send to lr; true if any byte moved. */
@@ -85,16 +115,185 @@ static bool progress_send(smddp_comm_t comm, int lr)
         moved += n;
     }
     if (st->payload_done == st->hdr.bytes) {
-        finish(comm, &p->sendq[lr], st, SMDDP_OK);
+        finish_send(comm, lr, SMDDP_OK);
         return true;
     }
     return moved > 0;
 }
 
-static bool progress_recv(smddp_comm_t comm, int lr)
+/*
+ * A receive from any rank bound to a rank of the node takes the pair's next
+ * number for its tag, as a directed receive does when issued: messages name
+ * it in errors. (Inside a node the numbers match nothing.)
+ */
+static void bind_local(smddp_comm_t comm, smddp__op_t *op, int lr)
+{
+    op->root = comm->local_ranks[lr];
+    pthread_mutex_lock(&comm->lock);
+    uint64_t *next = smddp__p2p_seq(comm->p2p, op->root, true, op->tag);
+    if (next) op->seq = (*next)++;
+    pthread_mutex_unlock(&comm->lock);
+}
+
+/* Unlinks and returns the first op of the list with this tag (NULL: none). */
+static smddp__op_t *take_tagged(smddp__op_t **list, int32_t tag)
+{
+    for (; *list; list = &(*list)->next) {
+        if ((*list)->tag != tag) continue;
+        smddp__op_t *op = *list;
+        *list = op->next;
+        op->next = NULL;
+        return op;
+    }
+    return NULL;
+}
+
+/* The link to the oldest message set aside from lr with this tag (NULL: none). */
+static unexpected_t **find_unexpected(smddp__p2p_t *p, int lr, int32_t tag)
+{
+    for (unexpected_t **u = &p->ux[lr]; *u; u = &(*u)->next)
+        if ((*u)->tag == tag) return u;
+    return NULL;
+}
+
+/* Starts the payload of the message coming in from lr towards receive op. */
+static void stream_into(smddp__p2p_t *p, int lr, smddp__op_t *op)
+{
+    p2p_state_t *st = &p->recvs[lr];
+    st->op = op;
+    st->mismatch = st->hdr.bytes != op_bytes(op);
+}
+
+/*
+ * Hands receive op the message set aside at *link (from local rank lr):
+ * copied if it is whole, else it is the one coming in, and the rest of it
+ * goes straight to op.
+ */
+static void take_unexpected(smddp_comm_t comm, int lr, unexpected_t **link, smddp__op_t *op)
 {
     smddp__p2p_t *p = comm->p2p;
-    smddp__op_t *op = p->recvq[lr];
+    unexpected_t *u = *link;
+    *link = u->next;
+    if (p->ux_tail[lr] == u) {
+        p->ux_tail[lr] = NULL;
+        for (unexpected_t *t = p->ux[lr]; t; t = t->next) p->ux_tail[lr] = t;
+    }
+    bool fits = u->bytes == op_bytes(op);
+    if (u->whole) {
+        if (fits && u->bytes) memcpy(op->recvbuf, u->data, u->bytes);
+        complete(comm, op, fits ? SMDDP_OK : size_mismatch(op, u->bytes));
+    } else {
+        p2p_state_t *st = &p->recvs[lr];
+        if (fits && st->payload_done) memcpy(op->recvbuf, u->data, st->payload_done);
+        st->ux = NULL;
+        stream_into(p, lr, op);
+    }
+    free(u->data);
+    free(u);
+}
+
+/* Whether lr's next message has its header read and is not yet placed. */
+static bool placeable(const p2p_state_t *st)
+{
+    return st->hdr_done == sizeof(st->hdr) && !st->op && !st->ux && !st->mismatch;
+}
+
+/* Where a directed receive from local rank lr starts: a message there, or its FIFO. */
+static void sort_recv(smddp_comm_t comm, int lr, smddp__op_t *op)
+{
+    smddp__p2p_t *p = comm->p2p;
+    unexpected_t **u = find_unexpected(p, lr, op->tag);
+    if (u) {
+        take_unexpected(comm, lr, u, op);
+    } else if (placeable(&p->recvs[lr]) && p->recvs[lr].hdr.tag == op->tag) {
+        stream_into(p, lr, op);
+    } else {
+        fifo_push(&p->recvq[lr], op);
+    }
+}
+
+/*
+ * Where a receive from any rank starts: the oldest message with its tag set
+ * aside from a rank of the node, else one coming up in a pair ring, else it
+ * waits in anyq (and peeks at other nodes).
+ */
+static void sort_any(smddp_comm_t comm, smddp__op_t *op)
+{
+    smddp__p2p_t *p = comm->p2p;
+    unexpected_t **best = NULL;
+    int best_lr = -1;
+    for (int lr = 0; lr < comm->local_size; lr++) {
+        unexpected_t **u = find_unexpected(p, lr, op->tag);
+        if (u && (!best || (*u)->arrival < (*best)->arrival)) {
+            best = u;
+            best_lr = lr;
+        }
+    }
+    if (best) {
+        bind_local(comm, op, best_lr);
+        take_unexpected(comm, best_lr, best, op);
+        return;
+    }
+    for (int i = 0; i < comm->local_size; i++) {
+        int lr = (p->any_next_local + i) % comm->local_size;
+        if (lr == comm->local_rank || !placeable(&p->recvs[lr]) ||
+            p->recvs[lr].hdr.tag != op->tag)
+            continue;
+        bind_local(comm, op, lr);
+        p->any_next_local = (lr + 1) % comm->local_size; /* no starving */
+        stream_into(p, lr, op);
+        return;
+    }
+    fifo_push(&p->anyq, op);
+}
+
+/*
+ * Places the message whose header came in from lr: the oldest receive
+ * waiting for lr with its tag, else the oldest from any rank; else, when some
+ * receive waits for a later message of lr (or from any rank), a buffer it is
+ * set aside in. False: nothing waits, the payload stays in the ring.
+ */
+static bool place(smddp_comm_t comm, int lr, smddp_status_t *err)
+{
+    smddp__p2p_t *p = comm->p2p;
+    p2p_state_t *st = &p->recvs[lr];
+    smddp__op_t *op = take_tagged(&p->recvq[lr], st->hdr.tag);
+    if (!op && (op = take_tagged(&p->anyq, st->hdr.tag))) {
+        bind_local(comm, op, lr);
+        p->any_next_local = (lr + 1) % comm->local_size; /* no starving */
+    }
+    if (op) {
+        stream_into(p, lr, op);
+        return true;
+    }
+    if (!p->recvq[lr] && !p->anyq) return false;
+    unexpected_t *u = calloc(1, sizeof(*u));
+    char *data = st->hdr.bytes ? malloc((size_t)st->hdr.bytes) : NULL;
+    if (!u || (st->hdr.bytes && !data)) {
+        free(u);
+        free(data);
+        *err = smddp__error_quiet(SMDDP_ERR_NO_MEMORY,
+                                  "send/recv: cannot set aside a message of %" PRIu64 " bytes "
+                                  "with tag %d from rank %d, which no receive waits for, to "
+                                  "reach the messages behind it",
+                                  st->hdr.bytes, (int)st->hdr.tag, comm->local_ranks[lr]);
+        return false;
+    }
+    u->tag = st->hdr.tag;
+    u->bytes = st->hdr.bytes;
+    u->arrival = p->arrivals++;
+    u->data = data;
+    if (p->ux_tail[lr]) p->ux_tail[lr]->next = u;
+    else p->ux[lr] = u;
+    p->ux_tail[lr] = u;
+    st->ux = u;
+    return true;
+}
+
+/* Moves what it can for the message coming in from lr; true if any byte moved. */
+static bool progress_recv(smddp_comm_t comm, int lr, smddp_status_t *err)
+{
+    smddp__p2p_t *p = comm->p2p;
     p2p_state_t *st = &p->recvs[lr];
     size_t moved = 0;
     if (st->hdr_done < sizeof(st->hdr)) {
@@ -103,110 +302,68 @@ static bool progress_recv(smddp_comm_t comm, int lr)
         st->hdr_done += n;
         moved += n;
         if (st->hdr_done < sizeof(st->hdr)) return moved > 0;
-        uint64_t want = op->count * smddp__dtype_size(op->dtype);
         if (st->hdr.magic != P2P_MAGIC) {
-            char desc[256];
-            smddp__op_describe(op, desc, sizeof(desc));
-            smddp_status_t err = smddp__error_quiet(SMDDP_ERR_INTERNAL,
-                                                    "%s: corrupt message header from rank %d",
-                                                    desc, op->root);
-            finish(comm, &p->recvq[lr], st, err);
+            *err = smddp__error_quiet(SMDDP_ERR_INTERNAL, "send/recv: corrupt message header "
+                                      "from rank %d", comm->local_ranks[lr]);
             return true;
         }
-        st->mismatch = st->hdr.tag != op->tag || st->hdr.bytes != want;
     }
+    if (!st->op && !st->ux && !st->mismatch && !place(comm, lr, err)) return moved > 0;
     if (st->payload_done < st->hdr.bytes) {
         /* A mismatched message is drained and dropped, so the stream stays in step. */
-        char *dst = st->mismatch ? NULL : (char *)op->recvbuf + st->payload_done;
+        char *dst = st->ux   ? st->ux->data + st->payload_done
+                    : st->mismatch ? NULL
+                                   : (char *)st->op->recvbuf + st->payload_done;
         size_t n = smddp__shm_ring_get(comm, lr, dst, (size_t)st->hdr.bytes - st->payload_done);
         st->payload_done += n;
         moved += n;
     }
-    if (st->payload_done == st->hdr.bytes) {
-        smddp_status_t result = SMDDP_OK;
-        if (st->mismatch) {
-            char desc[256];
-            smddp__op_describe(op, desc, sizeof(desc));
-            result = smddp__error_quiet(
-                SMDDP_ERR_MISMATCH,
-                "%s: the next message from rank %d has tag %d and %" PRIu64 " bytes, but this "
-                "recv expects tag %d and %zu bytes (messages between two ranks are matched in "
-                "order); the message was discarded",
-                desc, op->root, (int)st->hdr.tag, st->hdr.bytes, op->tag,
-                op->count * smddp__dtype_size(op->dtype));
-        }
-        finish(comm, &p->recvq[lr], st, result);
-        return true;
-    }
-    return moved > 0;
+    if (st->payload_done < st->hdr.bytes) return moved > 0;
+    smddp__op_t *op = st->op;
+    bool fits = !st->mismatch;
+    uint64_t bytes = st->hdr.bytes;
+    if (st->ux) st->ux->whole = true;
+    memset(st, 0, sizeof(*st));
+    if (op) complete(comm, op, fits ? SMDDP_OK : size_mismatch(op, bytes));
+    return true;
 }
 
-/*
- * Hands the oldest receive from any rank to src as its next directed receive,
- * with the message number claimed under comm->lock (a directed receive
- * submitted meanwhile takes the next one).
- */
-void smddp__p2p_bind_any(smddp_comm_t comm, int src, uint64_t seq)
-{
-    smddp__p2p_t *p = comm->p2p;
-    smddp__op_t *op = p->anyq;
-    p->anyq = op->next;
-    op->root = src;
-    op->seq = seq;
-    int lr = smddp__local_index(comm, src);
-    if (lr >= 0) {
-        fifo_push(&p->recvq[lr], op);
-    } else {
-        p->active--; /* smddp__p2p_net_queue counts it again */
-        smddp__p2p_net_queue(comm, op);
-    }
-}
-
-/* Binds receives from any rank to ranks whose next message has come; true if any was. */
+/* Binds receives from any rank to ranks on other nodes whose message has come; true if any was. */
 static bool progress_any(smddp_comm_t comm, smddp_status_t *err)
 {
     smddp__p2p_t *p = comm->p2p;
     bool any = false;
-    if (p->peeks && comm->ofi_p2p) {
-        smddp_status_t st = smddp__ofi_progress(comm->ofi_p2p);
-        if (st < 0) {
-            *err = st;
-            return false;
-        }
+    smddp_status_t st = smddp__ofi_progress(comm->ofi_p2p);
+    if (st < 0) {
+        *err = st;
+        return false;
     }
-    while (p->anyq) {
+    for (smddp__op_t **link = &p->anyq; *link;) {
+        smddp__op_t *op = *link;
+        bool older_same_tag = false; /* only the oldest receive of a tag looks */
+        for (smddp__op_t *o = p->anyq; o != op && !older_same_tag; o = o->next)
+            older_same_tag = o->tag == op->tag;
         int src = -1;
-        for (int i = 0; i < comm->size && src < 0; i++) {
+        uint64_t seq = 0;
+        for (int i = 0; i < comm->size && src < 0 && !older_same_tag; i++) {
             int q = (p->any_next + i) % comm->size;
-            if (q == comm->rank) continue;
-            int lr = smddp__local_index(comm, q);
-            if (lr >= 0) {
-                if (!p->recvq[lr] && smddp__shm_ring_avail(comm, lr) > 0) {
-                    /*
-                     * The pair's rings match in order: the number only names it
-                     * in messages. A directed receive from q issued but not
-                     * sorted yet takes q's next message, not this one.
-                     */
-                    pthread_mutex_lock(&comm->lock);
-                    uint64_t seq = comm->p2p_recv_seq[q];
-                    bool free_to_take = seq == p->recvs_sorted[lr];
-                    if (free_to_take) comm->p2p_recv_seq[q]++;
-                    pthread_mutex_unlock(&comm->lock);
-                    if (free_to_take) {
-                        p->recvs_sorted[lr]++;
-                        smddp__p2p_bind_any(comm, q, seq);
-                        src = q;
-                    }
-                }
-            } else if (p->peeks && smddp__p2p_net_match(comm, q, err)) {
-                src = q;
-            }
+            if (q == comm->rank || smddp__local_index(comm, q) >= 0) continue;
+            if (smddp__p2p_net_match(comm, q, op->tag, &seq, err)) src = q;
             if (*err < 0) return any;
         }
-        if (src < 0) break;
+        if (src < 0) {
+            link = &op->next;
+            continue;
+        }
+        *link = op->next; /* bound: goes on as a directed receive */
+        op->root = src;
+        op->seq = seq;
+        p->active--; /* smddp__p2p_net_queue counts it again */
+        smddp__p2p_net_queue(comm, op);
         p->any_next = (src + 1) % comm->size; /* the next search starts past it: no starving */
         any = true;
     }
+    smddp__p2p_net_prune_peeks(comm);
     return any;
 }
 
@@ -219,25 +376,82 @@ static void fail_all(smddp_comm_t comm, smddp_status_t st)
     for (int lr = 0; lr < comm->local_size; lr++) {
         while (p->sendq[lr]) {
             smddp__error_quiet(st, "%s", msg);
-            finish(comm, &p->sendq[lr], &p->sends[lr], st);
+            finish_send(comm, lr, st);
+        }
+        p2p_state_t *in = &p->recvs[lr];
+        if (in->op) {
+            /* The rest of its message is dropped (the communicator is failing anyway). */
+            smddp__op_t *op = in->op;
+            in->op = NULL;
+            in->mismatch = true;
+            smddp__error_quiet(st, "%s", msg);
+            complete(comm, op, st);
         }
         while (p->recvq[lr]) {
+            smddp__op_t *op = p->recvq[lr];
+            p->recvq[lr] = op->next;
             smddp__error_quiet(st, "%s", msg);
-            finish(comm, &p->recvq[lr], &p->recvs[lr], st);
+            complete(comm, op, st);
         }
     }
     while (p->anyq) {
         smddp__op_t *op = p->anyq;
         p->anyq = op->next;
-        p->active--;
         smddp__error_quiet(st, "%s", msg);
-        smddp__op_complete(op, st);
-        smddp__request_unref(op);
+        complete(comm, op, st);
     }
     smddp__p2p_net_fail(comm, st, msg);
 }
 
-/* Deadline, abort and dead-peer checks for every FIFO head. */
+/* " (it sent messages with tags 5, 9 that no receive took)", or "" when none from lr waits. */
+static void describe_unexpected(const smddp__p2p_t *p, int lr, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (!p->ux[lr]) return;
+    size_t len = (size_t)snprintf(buf, cap, " (it sent messages with tags");
+    int listed = 0;
+    for (const unexpected_t *u = p->ux[lr]; u && len < cap; u = u->next) {
+        bool seen = false;
+        for (const unexpected_t *v = p->ux[lr]; v != u && !seen; v = v->next) seen = v->tag == u->tag;
+        if (seen) continue;
+        if (++listed > 8) {
+            len += (size_t)snprintf(buf + len, cap - len, ", ...");
+            break;
+        }
+        len += (size_t)snprintf(buf + len, cap - len, "%s %d", listed > 1 ? "," : "", (int)u->tag);
+    }
+    if (len < cap) snprintf(buf + len, cap - len, " that no receive took)");
+}
+
+/* Abort, dead-peer and deadline checks of a send or receive between ranks of the node. */
+static smddp_status_t check_local(smddp_comm_t comm, int lr, const smddp__op_t *op, int who,
+                                  const char *amsg, int64_t now)
+{
+    bool recv = op->kind == SMDDP_OP_RECV;
+    char desc[256];
+    smddp__op_describe(op, desc, sizeof(desc));
+    if (atomic_load(&comm->aborted))
+        return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s", desc,
+                                  comm->abort_msg);
+    if (who >= 0)
+        return smddp__error_quiet(SMDDP_ERR_ABORTED,
+                                  "%s failed: rank %d aborted the communicator: %s", desc, who,
+                                  amsg);
+    int state = smddp__shm_peer_state(comm, lr);
+    /* A receive may still drain what a departed sender left in the ring. */
+    bool drained = !recv || smddp__shm_ring_avail(comm, lr) == 0;
+    if (state && drained)
+        return smddp__error_quiet(SMDDP_ERR_PEER_LOST, "%s failed: rank %d %s", desc, op->root,
+                                  state == 1 ? "died" : "destroyed its communicator");
+    if (now < op->deadline_ns) return SMDDP_OK;
+    char others[160];
+    describe_unexpected(comm->p2p, lr, others, sizeof(others));
+    return smddp__error_quiet(SMDDP_ERR_TIMEOUT, "%s timed out after %.3f s: rank %d did not %s%s",
+                              desc, (double)smddp__op_timeout_ms(comm, op) / 1000.0, op->root,
+                              recv ? "send it" : "receive it", recv ? others : "");
+}
+
+/* Deadline, abort and dead-peer checks for every op waiting. */
 static smddp_status_t check_health(smddp_comm_t comm)
 {
     smddp__p2p_t *p = comm->p2p;
@@ -245,31 +459,11 @@ static smddp_status_t check_health(smddp_comm_t comm)
     int who = smddp__shm_abort_flag(comm, &amsg);
     int64_t now = smddp__now_ns();
     for (int lr = 0; lr < comm->local_size; lr++) {
-        for (int dir = 0; dir < 2; dir++) {
-            smddp__op_t *op = dir ? p->recvq[lr] : p->sendq[lr];
-            if (!op) continue;
-            char desc[256];
-            smddp__op_describe(op, desc, sizeof(desc));
-            if (atomic_load(&comm->aborted))
-                return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
-                                          desc, comm->abort_msg);
-            if (who >= 0)
-                return smddp__error_quiet(SMDDP_ERR_ABORTED,
-                                          "%s failed: rank %d aborted the communicator: %s", desc,
-                                          who, amsg);
-            int state = smddp__shm_peer_state(comm, lr);
-            /* A receive may still drain what a departed sender left in the ring. */
-            bool drained = !dir || smddp__shm_ring_avail(comm, lr) == 0;
-            if (state && drained)
-                return smddp__error_quiet(SMDDP_ERR_PEER_LOST, "%s failed: rank %d %s", desc,
-                                          op->root,
-                                          state == 1 ? "died" : "destroyed its communicator");
-            if (now >= op->deadline_ns)
-                return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
-                                          "%s timed out after %.3f s: rank %d did not %s", desc,
-                                          (double)smddp__op_timeout_ms(comm, op) / 1000.0, op->root,
-                                          dir ? "send it" : "receive it");
-        }
+        /* Sends go in order: the first is the oldest. */
+        if (p->sendq[lr]) SMDDP_CHECK(check_local(comm, lr, p->sendq[lr], who, amsg, now));
+        if (p->recvs[lr].op) SMDDP_CHECK(check_local(comm, lr, p->recvs[lr].op, who, amsg, now));
+        for (const smddp__op_t *op = p->recvq[lr]; op; op = op->next)
+            SMDDP_CHECK(check_local(comm, lr, op, who, amsg, now));
     }
     /* Nothing else asks the store or the liveness watch while only these wait. */
     if (p->anyq && comm->node_count > 1) (void)smddp__comm_poll_remote_abort(comm, now, -1);
@@ -281,8 +475,8 @@ static smddp_status_t check_health(smddp_comm_t comm)
                                       desc, atomic_load(&comm->aborted) ? comm->abort_msg : amsg);
         if (now >= op->deadline_ns)
             return smddp__error_quiet(SMDDP_ERR_TIMEOUT, "%s timed out after %.3f s: no rank "
-                                      "sent it a message", desc,
-                                      (double)smddp__op_timeout_ms(comm, op) / 1000.0);
+                                      "sent it a message with tag %d", desc,
+                                      (double)smddp__op_timeout_ms(comm, op) / 1000.0, op->tag);
     }
     return smddp__p2p_net_check(comm, now);
 }
@@ -318,6 +512,27 @@ static void complete_failed(smddp__op_t *failed)
     }
 }
 
+/* Where an op taken from `incoming` goes (the engine's thread, p->lock not held). */
+static void sort(smddp_comm_t comm, smddp__op_t *op)
+{
+    smddp__p2p_t *p = comm->p2p;
+    if (op->root < 0) { /* a receive from any rank */
+        p->active++;
+        sort_any(comm, op);
+        return;
+    }
+    int lr = smddp__local_index(comm, op->root);
+    if (lr < 0) {
+        smddp__p2p_net_queue(comm, op);
+        return;
+    }
+    p->active++;
+    if (op->kind == SMDDP_OP_SEND)
+        fifo_push(&p->sendq[lr], op);
+    else
+        sort_recv(comm, lr, op);
+}
+
 static void *p2p_main(void *arg)
 {
     smddp_comm_t comm = arg;
@@ -327,7 +542,7 @@ static void *p2p_main(void *arg)
     smddp__library_thread_begin("send/recv");
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        smddp__op_t *failed = NULL;
+        smddp__op_t *failed = NULL, *taken = NULL, **taken_tail = &taken;
         while (p->incoming) {
             smddp__op_t *op = p->incoming;
             /*
@@ -337,70 +552,57 @@ static void *p2p_main(void *arg)
             smddp_status_t ready = op->stage ? smddp__cuda_stage_ready(op) : SMDDP_OK;
             if (ready == SMDDP_IN_PROGRESS) break;
             p->incoming = op->next;
+            op->next = NULL;
             idle = 0; /* new work: the back-off below starts again from spinning */
             if (ready < 0) {
-                int flr = op->root >= 0 ? smddp__local_index(comm, op->root) : -1;
-                if (op->kind == SMDDP_OP_RECV && flr >= 0)
-                    p->recvs_sorted[flr]++; /* its number is spent */
                 set_aside_failed(&failed, op, ready);
                 continue;
             }
-            if (op->root < 0) { /* a receive from any rank */
-                if (!p->peeks && comm->ofi_p2p && comm->node_count > 1) {
-                    p->peeks = calloc((size_t)comm->size, sizeof(*p->peeks));
-                    if (!p->peeks) {
-                        set_aside_failed(&failed, op, smddp__error(SMDDP_ERR_NO_MEMORY, "cannot "
-                                         "allocate a receive from any rank"));
-                        continue;
-                    }
-                }
-                fifo_push(&p->anyq, op);
-                p->active++;
-                continue;
-            }
-            int lr = smddp__local_index(comm, op->root);
-            if (lr < 0) {
-                smddp__p2p_net_queue(comm, op);
-                continue;
-            }
-            fifo_push(op->kind == SMDDP_OP_SEND ? &p->sendq[lr] : &p->recvq[lr], op);
-            if (op->kind == SMDDP_OP_RECV) p->recvs_sorted[lr]++;
-            p->active++;
+            *taken_tail = op;
+            taken_tail = &op->next;
         }
         bool held = p->incoming != NULL;
         if (!held) p->incoming_tail = NULL;
-        if (failed) {
-            pthread_mutex_unlock(&p->lock);
-            complete_failed(failed);
-            pthread_mutex_lock(&p->lock);
-            continue;
-        }
-        if (p->active == 0 && !held) {
+        if (!failed && !taken && p->active == 0 && !held) {
             if (p->stopping) break;
             pthread_cond_wait(&p->cond, &p->lock);
             continue;
         }
         pthread_mutex_unlock(&p->lock);
 
+        /* Completion callbacks may issue sends and receives: p->lock is not held. */
+        complete_failed(failed);
+        while (taken) {
+            smddp__op_t *op = taken;
+            taken = op->next;
+            op->next = NULL;
+            sort(comm, op);
+        }
+
         bool moved = false;
-        for (int lr = 0; lr < comm->local_size; lr++) {
-            /* Keep going while heads complete: many small messages move in one pass. */
+        smddp_status_t err = SMDDP_OK;
+        for (int i = 0; i < comm->local_size && err == SMDDP_OK; i++) {
+            int lr = (p->any_next_local + i) % comm->local_size;
+            if (lr == comm->local_rank) continue;
+            /* Keep going while messages complete: many small ones move in one pass. */
             while (p->sendq[lr]) {
                 smddp__op_t *head = p->sendq[lr];
                 moved |= progress_send(comm, lr);
                 if (p->sendq[lr] == head) break;
             }
-            while (p->recvq[lr]) {
-                smddp__op_t *head = p->recvq[lr];
-                moved |= progress_recv(comm, lr);
-                if (p->recvq[lr] == head) break;
+            p2p_state_t *in = &p->recvs[lr];
+            while (err == SMDDP_OK && (p->recvq[lr] || p->anyq || in->op || in->ux ||
+                                       in->mismatch)) {
+                if (!progress_recv(comm, lr, &err)) break;
+                moved = true;
+                if (in->hdr_done) break; /* the message is not all here yet */
             }
         }
-        smddp_status_t any_err = SMDDP_OK;
-        if (p->anyq) moved |= progress_any(comm, &any_err);
+        if (err == SMDDP_OK && p->anyq && comm->ofi_p2p && comm->node_count > 1)
+            moved |= progress_any(comm, &err);
         if (p->remote) moved |= smddp__p2p_net_progress(comm);
         if (p->stalled) smddp__p2p_net_retry(comm);
-        if (any_err < 0) smddp__p2p_abort_all(comm, any_err);
+        if (err < 0) smddp__p2p_abort_all(comm, err);
         int64_t now = smddp__now_ns();
         if (now - last_check > CHECK_EVERY_NS) {
             last_check = now;
@@ -422,19 +624,80 @@ static void *p2p_main(void *arg)
     return NULL;
 }
 
-static void p2p_free(smddp__p2p_t *p)
+static void free_unexpected(smddp__p2p_t *p, int n)
+{
+    for (int lr = 0; p->ux && lr < n; lr++) {
+        while (p->ux[lr]) {
+            unexpected_t *u = p->ux[lr];
+            p->ux[lr] = u->next;
+            free(u->data);
+            free(u);
+        }
+    }
+}
+
+static void p2p_free(smddp__p2p_t *p, int local_size)
 {
     if (!p) return;
-    free(p->peeks);
+    free_unexpected(p, local_size);
+    free(p->seqs.keys);
+    free(p->seqs.next);
     free(p->sendq);
     free(p->recvq);
-    free(p->recvs_sorted);
+    free(p->ux);
+    free(p->ux_tail);
     free(p->sends);
     free(p->recvs);
     free(p->waiting);
     free(p->waiting_tail);
     free(p->posted);
     free(p);
+}
+
+static uint64_t seq_key(int peer, bool recv, int32_t tag)
+{
+    return ((uint64_t)(uint32_t)peer << 33 | (uint64_t)recv << 32 | (uint32_t)tag) + 1;
+}
+
+static size_t seq_slot(const seq_map_t *m, uint64_t key)
+{
+    uint64_t h = key * 0x9e3779b97f4a7c15ull;
+    size_t i = (size_t)(h >> 32) & (m->cap - 1);
+    while (m->keys[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+uint64_t *smddp__p2p_seq(smddp__p2p_t *p, int peer, bool recv, int32_t tag)
+{
+    seq_map_t *m = &p->seqs;
+    uint64_t key = seq_key(peer, recv, tag);
+    if (2 * (m->used + 1) > m->cap) { /* at most half full: probes stay short */
+        seq_map_t g = {0};
+        g.cap = m->cap ? 2 * m->cap : 64;
+        g.keys = calloc(g.cap, sizeof(*g.keys));
+        g.next = calloc(g.cap, sizeof(*g.next));
+        if (!g.keys || !g.next) {
+            free(g.keys);
+            free(g.next);
+            return NULL;
+        }
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->keys[i]) continue;
+            size_t j = seq_slot(&g, m->keys[i]);
+            g.keys[j] = m->keys[i];
+            g.next[j] = m->next[i];
+        }
+        g.used = m->used;
+        free(m->keys);
+        free(m->next);
+        *m = g;
+    }
+    size_t i = seq_slot(m, key);
+    if (!m->keys[i]) {
+        m->keys[i] = key;
+        m->used++;
+    }
+    return &m->next[i];
 }
 
 smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op)
@@ -446,16 +709,17 @@ smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op)
         if (p) {
             p->sendq = calloc(n, sizeof(*p->sendq));
             p->recvq = calloc(n, sizeof(*p->recvq));
-            p->recvs_sorted = calloc(n, sizeof(*p->recvs_sorted));
+            p->ux = calloc(n, sizeof(*p->ux));
+            p->ux_tail = calloc(n, sizeof(*p->ux_tail));
             p->sends = calloc(n, sizeof(*p->sends));
             p->recvs = calloc(n, sizeof(*p->recvs));
             p->waiting = calloc(q, sizeof(*p->waiting));
             p->waiting_tail = calloc(q, sizeof(*p->waiting_tail));
             p->posted = calloc(q, sizeof(*p->posted));
         }
-        if (!p || !p->sendq || !p->recvq || !p->recvs_sorted || !p->sends || !p->recvs ||
+        if (!p || !p->sendq || !p->recvq || !p->ux || !p->ux_tail || !p->sends || !p->recvs ||
             !p->waiting || !p->waiting_tail || !p->posted) {
-            p2p_free(p);
+            p2p_free(p, comm->local_size);
             return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate send/recv state");
         }
         pthread_mutex_init(&p->lock, NULL);
@@ -464,13 +728,18 @@ smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op)
         int rc = pthread_create(&p->thread, NULL, p2p_main, comm);
         if (rc != 0) {
             comm->p2p = NULL;
-            p2p_free(p);
+            p2p_free(p, comm->local_size);
             return smddp__error(SMDDP_ERR_SYSTEM, "cannot start the send/recv thread: %s",
                                 strerror(rc));
         }
     }
     /* A small send would complete before the health check saw a peer's abort. */
     SMDDP_CHECK(smddp__comm_check_alive(comm, op));
+    if (op->root >= 0) { /* a receive from any rank takes its number when it is bound */
+        uint64_t *next = smddp__p2p_seq(p, op->root, op->kind == SMDDP_OP_RECV, op->tag);
+        if (!next) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate send/recv state");
+        op->seq = (*next)++;
+    }
     op->deadline_ns = smddp__now_ns() + smddp__op_timeout_ms(comm, op) * 1000000LL;
     atomic_fetch_add(&op->refs, 1); /* the engine's reference */
     pthread_mutex_lock(&p->lock);
@@ -497,6 +766,6 @@ void smddp__p2p_stop(smddp_comm_t comm)
     smddp__p2p_net_free(comm);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
-    p2p_free(p);
+    p2p_free(p, comm->local_size);
     comm->p2p = NULL;
 }

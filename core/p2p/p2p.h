@@ -1,6 +1,6 @@
 /*
  * The send/recv engine (p2p.c, p2p_net.c): point-to-point messages between
- * any two ranks, matched by (peer, tag) in issue order, on a thread of their
+ * any two ranks, matched by (source, tag), in send order within a tag, on a thread of their
  * own so that they never wait behind the collectives' queue.
  */
 #ifndef SMDDP_CORE_P2P_H

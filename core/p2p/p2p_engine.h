@@ -19,12 +19,32 @@ typedef struct p2p_header {
     uint64_t bytes;
 } p2p_header_t;
 
-/* Progress of one message between ranks of a node: header bytes first, then payload bytes. */
+/*
+ * A message from a rank of the node that no receive waited for when it came
+ * up in the pair's ring, set aside so that the messages behind it could
+ * reach theirs. Receives look here first.
+ */
+typedef struct unexpected {
+    int32_t tag;
+    uint64_t bytes;
+    uint64_t arrival;  /* order of arrival over all ranks: receives from any rank take the oldest */
+    bool whole;        /* all of its payload is here */
+    char *data;
+    struct unexpected *next;
+} unexpected_t;
+
+/*
+ * Progress of one message between ranks of a node: header bytes first, then
+ * payload bytes. A message coming in goes to a receive (op) or is set aside
+ * (ux); with neither, its header is read and its payload waits in the ring.
+ */
 typedef struct p2p_state {
     p2p_header_t hdr;
     size_t hdr_done;
     size_t payload_done;
-    bool mismatch;
+    smddp__op_t *op;  /* the receive the message goes to */
+    unexpected_t *ux;
+    bool mismatch;    /* a receive of another size, or none (failed): the payload is dropped */
 } p2p_state_t;
 
 /* An op posted to the network; a failed receive stays here, cancelled, until libfabric lets go. */
@@ -35,12 +55,22 @@ typedef struct remote {
     struct remote *next;
 } remote_t;
 
-/* A peek for the next message from one rank on another node. */
+/* A peek for the next message with one tag from one rank on another node. */
 typedef struct peek {
     smddp__ofi_xfer_t x;
+    int peer;
+    int32_t tag;
     uint64_t seq; /* the message number looked for */
     bool busy;    /* posted, not yet done */
+    struct peek *next;
 } peek_t;
+
+/* Message numbers per (peer, direction, tag), counted under comm->lock. */
+typedef struct seq_map {
+    uint64_t *keys; /* 0: empty slot; else the key + 1 */
+    uint64_t *next; /* the next message number */
+    size_t cap, used;
+} seq_map_t;
 
 struct smddp__p2p {
     pthread_t thread;
@@ -48,33 +78,36 @@ struct smddp__p2p {
     pthread_cond_t cond;
     bool stopping;
     smddp__op_t *incoming, *incoming_tail; /* submitted, not yet sorted */
-    smddp__op_t **sendq, **recvq;          /* per local rank: FIFO heads */
-    /*
-     * Per local rank: receives from it sorted into recvq so far, directed or
-     * bound from any rank. Equal to comm->p2p_recv_seq[rank] unless a directed
-     * receive was issued and is still in `incoming`: its number comes first.
-     */
-    uint64_t *recvs_sorted;
-    p2p_state_t *sends, *recvs;            /* state of each FIFO head */
+    seq_map_t seqs;                        /* guarded by comm->lock */
+    smddp__op_t **sendq;                   /* per local rank: sends in order */
+    smddp__op_t **recvq;                   /* per local rank: receives waiting, in posting order */
+    unexpected_t **ux, **ux_tail;          /* per local rank: messages set aside, in order */
+    uint64_t arrivals;                     /* messages set aside so far */
+    p2p_state_t *sends, *recvs;            /* per local rank: the message going out, coming in */
     remote_t *remote;                      /* posted to peers on other nodes */
     remote_t *given_up;                    /* left posted by a failure: freed at teardown */
     /*
-     * Per (peer, direction): ops beyond SMDDP_OFI_MAX_INFLIGHT wait in order,
-     * and how many are on the network. Messages of a pair match in order, so
-     * the oldest are always the ones posted, and one pair never holds up another.
+     * Per (peer, direction): ops waiting to be posted, in order, and how many
+     * are on the network. Sends beyond SMDDP_OFI_MAX_INFLIGHT wait, so one
+     * pair never holds up another; receives are posted at once (one may be
+     * needed before those ahead of it can match), unless the endpoint is full.
      */
     smddp__op_t **waiting, **waiting_tail;
     int *posted;
     bool stalled; /* some queue's head was not taken by the endpoint yet: try again */
     int active;
-    smddp__op_t *anyq;  /* receives from any rank, not yet matched */
-    int any_next;       /* the rank the next search for a sender starts at */
-    struct peek *peeks; /* per comm rank, for receives from any rank */
+    smddp__op_t *anyq;  /* receives from any rank, not yet matched, in posting order */
+    int any_next;       /* the rank the next search on other nodes starts at */
+    int any_next_local; /* the local rank the next search on this node starts at */
+    peek_t *peeks;      /* per (rank on another node, tag) looked for */
 };
 
 /* p2p.c, for p2p_net.c. */
-/* Hands the oldest receive from any rank to src as its next directed receive, message seq. */
-void smddp__p2p_bind_any(smddp_comm_t comm, int src, uint64_t seq);
+/*
+ * The counter of message numbers of (peer, receives or sends, tag), made at
+ * 0 on first use; NULL when out of memory. comm->lock held.
+ */
+uint64_t *smddp__p2p_seq(smddp__p2p_t *p, int peer, bool recv, int32_t tag);
 /* Aborts the communicator with the current error and fails every queued op. */
 void smddp__p2p_abort_all(smddp_comm_t comm, smddp_status_t st);
 
@@ -86,10 +119,14 @@ bool smddp__p2p_net_progress(smddp_comm_t comm);
 /* Tries again to post queues the endpoint did not take (p->stalled). */
 void smddp__p2p_net_retry(smddp_comm_t comm);
 /*
- * Whether rank q (on another node) has a message for the oldest receive
- * from any rank, peeking for it if need be; if so binds the receive to it.
+ * Whether rank q (on another node) has sent a message with this tag that no
+ * receive has claimed, peeking for it if need be; if so claims it and sets
+ * *seq to its number.
  */
-bool smddp__p2p_net_match(smddp_comm_t comm, int q, smddp_status_t *err);
+bool smddp__p2p_net_match(smddp_comm_t comm, int q, int32_t tag, uint64_t *seq,
+                          smddp_status_t *err);
+/* Frees the peeks that are done and that no receive from any rank looks for. */
+void smddp__p2p_net_prune_peeks(smddp_comm_t comm);
 /* Abort and deadline checks of every op waiting for or on the network. */
 smddp_status_t smddp__p2p_net_check(smddp_comm_t comm, int64_t now);
 /* Fails every op waiting for or on the network with st and msg, and gives the endpoint up. */

@@ -1,10 +1,10 @@
 /*
  * Send/recv with ranks on other nodes, the network half of the send/recv
  * engine (p2p.c has the overview): each op is posted to the communicator's
- * send/recv endpoint (comm->ofi_p2p) as soon as its (peer, direction) queue
- * has room for it (SMDDP_OFI_MAX_INFLIGHT), tagged (per-peer message number,
- * user tag); a receive matches the next message number whatever its tag,
- * then checks tag and size. Runs on the engine's thread only.
+ * send/recv endpoint (comm->ofi_p2p) tagged (message number of its (peer,
+ * tag), user tag), and matches that exact tag; sends wait while their peer
+ * has SMDDP_OFI_MAX_INFLIGHT on the network. Runs on the engine's thread
+ * only.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,8 +49,8 @@ static bool post_remote(smddp_comm_t comm, smddp__op_t *op)
     st = op->kind == SMDDP_OP_SEND
              ? smddp__ofi_try_post_on(comm->ofi_p2p, &r->x, 1, op->root, tag, 0,
                                       (void *)op->sendbuf, bytes)
-             : smddp__ofi_try_post_on(comm->ofi_p2p, &r->x, 0, op->root, op->seq << 32,
-                                      0xffffffffu, op->recvbuf, bytes);
+             : smddp__ofi_try_post_on(comm->ofi_p2p, &r->x, 0, op->root, tag, 0, op->recvbuf,
+                                      bytes);
     if (st == SMDDP_IN_PROGRESS) {
         free(r);
         return false;
@@ -69,11 +69,15 @@ static bool post_remote(smddp_comm_t comm, smddp__op_t *op)
     return true;
 }
 
-/* Posts queue q's waiting ops, in order, while it has room on the network. */
+/*
+ * Posts queue q's waiting ops, in order, while it has room on the network.
+ * Receives have no cap: a later receive may be the one whose message lets
+ * the sender go on.
+ */
 static void post_waiting(smddp_comm_t comm, int q)
 {
     smddp__p2p_t *p = comm->p2p;
-    int cap = smddp__params()->ofi_max_inflight;
+    int cap = q % 2 ? 0 : smddp__params()->ofi_max_inflight;
     while (p->waiting[q] && (cap <= 0 || p->posted[q] < cap)) {
         smddp__op_t *op = p->waiting[q], *next = op->next;
         p->active--; /* post_remote counts it again */
@@ -144,14 +148,12 @@ bool smddp__p2p_net_progress(smddp_comm_t comm)
             smddp_status_t result = SMDDP_OK;
             if (r->x.status < 0)
                 result = smddp__error_quiet(r->x.status, "%s failed: %s", desc, r->x.err);
-            else if (!r->x.is_send && ((uint32_t)r->x.tag != (uint32_t)op->tag ||
-                                       r->x.received != want))
+            else if (!r->x.is_send && r->x.received != want)
                 result = smddp__error_quiet(
                     SMDDP_ERR_MISMATCH,
-                    "%s: the next message from rank %d has tag %d and %zu bytes, but this recv "
-                    "expects tag %d and %zu bytes (messages between two ranks are matched in "
-                    "order); the message was discarded",
-                    desc, op->root, (int)(uint32_t)r->x.tag, r->x.received, op->tag, want);
+                    "%s: the message from rank %d with tag %d has %zu bytes, but this recv "
+                    "expects %zu; the message was discarded",
+                    desc, op->root, op->tag, r->x.received, want);
             /*
              * A message cut off at the receive buffer leaves the provider unable to match
              * what follows from that peer (tcp;ofi_rxm), so nothing from it can be trusted
@@ -176,19 +178,39 @@ bool smddp__p2p_net_progress(smddp_comm_t comm)
     return any;
 }
 
-/* The message number is claimed under comm->lock, so no directed receive takes it. */
-bool smddp__p2p_net_match(smddp_comm_t comm, int q, smddp_status_t *err)
+/*
+ * The message number is claimed under comm->lock, so no directed receive
+ * takes it. One peek per (rank, tag) looked for, made on first use.
+ */
+bool smddp__p2p_net_match(smddp_comm_t comm, int q, int32_t tag, uint64_t *seq,
+                          smddp_status_t *err)
 {
     smddp__p2p_t *p = comm->p2p;
-    peek_t *pk = &p->peeks[q];
-    int rq = 2 * q + 1; /* q's receive queue */
-    if (p->waiting[rq] || p->posted[rq]) return false; /* q's next message is taken */
+    peek_t *pk = p->peeks;
+    while (pk && (pk->peer != q || pk->tag != tag)) pk = pk->next;
+    if (!pk) {
+        pk = calloc(1, sizeof(*pk));
+        if (!pk) {
+            *err = smddp__error_quiet(SMDDP_ERR_NO_MEMORY, "cannot allocate a receive from any "
+                                      "rank");
+            return false;
+        }
+        pk->peer = q;
+        pk->tag = tag;
+        pk->next = p->peeks;
+        p->peeks = pk;
+    }
     if (!pk->busy) {
         pthread_mutex_lock(&comm->lock);
-        pk->seq = comm->p2p_recv_seq[q];
+        uint64_t *next = smddp__p2p_seq(p, q, true, tag);
+        if (next) pk->seq = *next;
         pthread_mutex_unlock(&comm->lock);
-        smddp_status_t st =
-            smddp__ofi_peek_on(comm->ofi_p2p, &pk->x, q, pk->seq << 32, 0xffffffffu);
+        if (!next) {
+            *err = smddp__error_quiet(SMDDP_ERR_NO_MEMORY, "cannot allocate send/recv state");
+            return false;
+        }
+        smddp_status_t st = smddp__ofi_peek_on(comm->ofi_p2p, &pk->x, q,
+                                               pk->seq << 32 | (uint32_t)tag, 0);
         if (st < 0) *err = st;
         pk->busy = st == SMDDP_OK; /* SMDDP_IN_PROGRESS: the endpoint was full, next pass */
         return false;
@@ -197,11 +219,29 @@ bool smddp__p2p_net_match(smddp_comm_t comm, int q, smddp_status_t *err)
     pk->busy = false;
     if (pk->x.nomsg || pk->x.status < 0) return false;
     pthread_mutex_lock(&comm->lock);
-    bool claimed = comm->p2p_recv_seq[q] == pk->seq;
-    if (claimed) comm->p2p_recv_seq[q]++;
+    uint64_t *next = smddp__p2p_seq(p, q, true, tag); /* exists: made above */
+    bool claimed = next && *next == pk->seq;
+    if (claimed) (*next)++;
     pthread_mutex_unlock(&comm->lock);
-    if (claimed) smddp__p2p_bind_any(comm, q, pk->seq); /* posts: never under comm->lock */
+    *seq = pk->seq;
     return claimed;
+}
+
+void smddp__p2p_net_prune_peeks(smddp_comm_t comm)
+{
+    smddp__p2p_t *p = comm->p2p;
+    for (peek_t **link = &p->peeks; *link;) {
+        peek_t *pk = *link;
+        bool wanted = false;
+        for (const smddp__op_t *op = p->anyq; op && !wanted; op = op->next)
+            wanted = op->tag == pk->tag;
+        if (pk->busy || wanted) {
+            link = &pk->next;
+            continue;
+        }
+        *link = pk->next;
+        free(pk);
+    }
 }
 
 /*
@@ -278,8 +318,13 @@ void smddp__p2p_net_free(smddp_comm_t comm)
     smddp__p2p_t *p = comm->p2p;
     /* Transfers still posted (cancelled receives, peeks) go with the endpoint. */
     bool peeking = false;
-    for (int q = 0; p->peeks && q < comm->size; q++) peeking |= p->peeks[q].busy;
+    for (const peek_t *pk = p->peeks; pk; pk = pk->next) peeking |= pk->busy;
     if (p->remote || p->given_up || peeking) smddp__ofi_teardown_p2p(comm);
     free_remotes(&p->remote);
     free_remotes(&p->given_up);
+    while (p->peeks) {
+        peek_t *pk = p->peeks;
+        p->peeks = pk->next;
+        free(pk);
+    }
 }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <exception>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -79,11 +80,31 @@ WorkSMDDP::WorkSMDDP(int rank, c10d::OpType type, c10::weak_intrusive_ptr<c10d::
       c10::ListType::create(c10::TensorType::get()), std::move(devices));
 }
 
+namespace {
+// Holds a work's group, when it is still alive, while the work waits on its
+// requests, so that shutdown() does not destroy the communicator meanwhile.
+class GroupHold {
+ public:
+  explicit GroupHold(const c10::weak_intrusive_ptr<c10d::Backend>& backend)
+      : group_(backend.lock()) {
+    if (group_) {
+      use_.emplace(*static_cast<ProcessGroupSMDDP*>(group_.get()),
+                   ProcessGroupSMDDP::InUse::kWait);
+    }
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Backend> group_;
+  std::optional<ProcessGroupSMDDP::InUse> use_;  // released before group_
+};
+}  // namespace
+
 WorkSMDDP::~WorkSMDDP() {
   // A work dropped before it was fully issued (an issue call failed, or a
   // check threw after some requests went out) never completes: let what it
   // issued finish before its buffers go.
   if (!completed_) {
+    GroupHold hold(backend_);
     for (auto req : requests_) {
       (void)smddp_wait(req, SMDDP_WAIT_DEFAULT);
     }
@@ -193,6 +214,7 @@ bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
                                       deadline - std::chrono::steady_clock::now()))
                        : kNoTimeout);
   }
+  GroupHold hold(backend_);
   for (auto req : requests_) {
     int64_t wait_ms = SMDDP_WAIT_DEFAULT;
     if (bounded) {
@@ -309,7 +331,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::adopt_child(
 c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::split(
     const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
     const c10::intrusive_ptr<Options>& opts) {
-  TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
+  InUse in_use(*this);
   const bool member = std::find(ranks.begin(), ranks.end(), rank_) != ranks.end();
   for (int r : ranks) {
     TORCH_CHECK(r >= 0 && r < size_, "smddp split: rank ", r, " is not in this group of ", size_,
@@ -347,7 +369,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::split(
 c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::shrink(
     const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
     const c10::intrusive_ptr<Options>& opts_override) {
-  TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
+  InUse in_use(*this);
   TORCH_CHECK(shrink_flags == SMDDP_SHRINK_DEFAULT || shrink_flags == SMDDP_SHRINK_ABORT,
               "smddp shrink: shrink_flags ", shrink_flags, " is not supported; accepted: 0 "
               "(SHRINK_DEFAULT) and 1 (SHRINK_ABORT)");
@@ -365,7 +387,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::shrink(
 void ProcessGroupSMDDP::setTimeout(std::chrono::milliseconds timeout) {
   TORCH_CHECK(timeout.count() > 0, "smddp setTimeout: the timeout must be positive, got ",
               timeout.count(), " ms");
-  TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
+  InUse in_use(*this);
   (void)smddp_comm_set_timeout(comm_, timeout.count());
   timeout_ = timeout;
 }
@@ -416,8 +438,24 @@ void ProcessGroupSMDDP::abort() {
   }
 }
 
+ProcessGroupSMDDP::InUse::InUse(ProcessGroupSMDDP& pg, Kind kind) : pg_(pg) {
+  // Sequentially consistent, with shutdown's store and load: either this
+  // call sees closing_, or shutdown sees it counted and waits for it.
+  pg_.users_.fetch_add(1);
+  if (kind == kCall && pg_.closing_.load()) {
+    pg_.users_.fetch_sub(1);
+    TORCH_CHECK(false, "smddp: the process group has been shut down");
+  }
+}
+
 void ProcessGroupSMDDP::shutdown() {
   std::call_once(shutdown_once_, [this] {
+    closing_.store(true);
+    // A call under way on another thread ends first (a blocking one runs to
+    // its end or its timeout).
+    while (users_.load() != 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
     std::lock_guard<std::mutex> lock(lifecycle_mutex_);
     // Destroying the communicator first runs what is still queued, so every
     // work completes.
@@ -437,7 +475,8 @@ void ProcessGroupSMDDP::shutdown() {
 
 c10::intrusive_ptr<WorkSMDDP> ProcessGroupSMDDP::new_work(c10d::OpType type,
                                                           std::vector<at::Tensor> outputs) {
-  TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
+  TORCH_CHECK(!closing_.load(std::memory_order_relaxed),
+              "smddp: the process group has been shut down");
   auto work = c10::make_intrusive<WorkSMDDP>(
       rank_, type,
       c10::weak_intrusive_ptr<c10d::Backend>(
@@ -514,7 +553,7 @@ void ProcessGroupSMDDP::registerOnCompletionHook(
   TORCH_CHECK(onCompletionHook_ == nullptr,
               "smddp: a completion hook is already registered on this process group (one is "
               "accepted, as with ProcessGroupNCCL)");
-  TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
+  TORCH_CHECK(!closing_.load(), "smddp: the process group has been shut down");
   hooks_ = std::make_shared<CompletionHooks>(hook);
   onCompletionHook_ = std::move(hook);  // what Backend::hasHooks() looks at
 }
@@ -617,6 +656,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::enqueue(
                    work->opType_ == c10d::OpType::RECVANYSOURCE;
   work->release_pending();
   if (work->stream_ && !p2p) {
+    InUse in_use(*this, InUse::kWait);
     // CUDA: put the operation on the stream now, so that whatever the caller
     // enqueues next comes after it, as with NCCL. smddp_wait runs a request
     // that has not started on this thread; it returns once the work is
@@ -681,7 +721,8 @@ void ProcessGroupSMDDP::fail_now(c10d::OpType type, const char* fn, smddp_status
 }
 
 bool ProcessGroupSMDDP::runs_now(const at::Tensor& t) {
-  TORCH_CHECK(comm_ != nullptr, "smddp: the process group has been shut down");
+  TORCH_CHECK(!closing_.load(std::memory_order_relaxed),
+              "smddp: the process group has been shut down");
   bool hooked = false;
 #ifdef SMDDP_C10D_BACKEND_HAS_COMPLETION_HOOK
   hooked = hasHooks();

@@ -304,6 +304,22 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // smddp_comm_peer_state of every rank of the group, in rank order.
   std::vector<smddp_peer_state_t> peer_states();
 
+  // Held by each call into comm_ (a request's issue, a blocking call, a
+  // wait on a request): shutdown() refuses new calls and waits for those
+  // under way before it destroys the communicator, so that none runs on a
+  // freed one. A wait is not refused: what was issued completes.
+  class InUse {
+   public:
+    enum Kind { kCall, kWait };
+    explicit InUse(ProcessGroupSMDDP& pg, Kind kind = kCall);  // kCall: throws once shut down
+    ~InUse() { pg_.users_.fetch_sub(1); }
+    InUse(const InUse&) = delete;
+    InUse& operator=(const InUse&) = delete;
+
+   private:
+    ProcessGroupSMDDP& pg_;
+  };
+
  private:
   // The backend of a communicator split or shrunk from this one: opts' timeout, else this one's.
   // Whether t can go to libsmddp's blocking call without a Work (allreduce_now).
@@ -351,6 +367,7 @@ class ProcessGroupSMDDP : public c10d::Backend {
       attr.flags |= SMDDP_COLL_WAIT_NOW;
     }
     attr.timeout_ms = work.own_timeout_ms_;
+    InUse in_use(*this);
     work.pending_.fetch_add(1);
     smddp_request_t req = nullptr;
     smddp_status_t st = call(&attr, &req);
@@ -382,6 +399,9 @@ class ProcessGroupSMDDP : public c10d::Backend {
   void issue_reduce_scatter_base(const c10::intrusive_ptr<WorkSMDDP>& work,
                                  const at::Tensor& output, const at::Tensor& input,
                                  const c10d::ReduceOp& rop);
+
+  std::atomic<int> users_{0};  // InUse holders
+  std::atomic<bool> closing_{false};
 
   smddp_comm_t comm_ = nullptr;
   std::chrono::milliseconds timeout_;

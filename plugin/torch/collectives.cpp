@@ -243,6 +243,7 @@ void ProcessGroupSMDDP::allreduce_now(at::Tensor& given, const c10d::ReduceOp& r
   }
   smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
   attr.premul_factor = op.factor;
+  InUse in_use(*this);
   ++seq_;
   smddp_status_t st = smddp_allreduce(comm_, tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                                       op.dtype, op.op, &attr, nullptr);
@@ -261,6 +262,7 @@ void ProcessGroupSMDDP::allgather_now(at::Tensor& given_output, at::Tensor& give
     _allgather_base(output, input, opts)->wait();
     return;
   }
+  InUse in_use(*this);
   ++seq_;
   smddp_status_t st = smddp_allgather(comm_, input.data_ptr(), output.data_ptr(), input.numel(),
                                       dt, nullptr, nullptr);

@@ -1,8 +1,9 @@
 /*
  * send/recv within a node and across fake nodes: ring exchanges at sizes up
- * to rendezvous, bursts, receives from any rank, messages that do not match
- * their receive, and failures (a peer that never receives, an abort, a
- * receive that fails while its message is on the way).
+ * to rendezvous, bursts, receives from any rank, matching by tag whatever the
+ * send order, messages that do not match their receive, and failures (a
+ * peer that never receives, an abort, a receive that fails while its message
+ * is on the way).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -161,6 +162,175 @@ static void test_p2p_any_source_timeout(void **state)
 {
     (void)state;
     run(2, any_source_timeout_rank, "SMDDP_TIMEOUT=1");
+}
+
+/* ---- matching by tag ------------------------------------------------------------ */
+
+static int32_t tag_value(int tag, int k, int64_t i) { return tag * 1000000 + k * 10000 + (int32_t)(i % 9973); }
+
+static void check_tagged(const int32_t *got, int64_t n, int tag, int k, const char *what)
+{
+    for (int64_t i = 0; i < n; i++)
+        H_CHECK(got[i] == tag_value(tag, k, i), "%s (count %lld): element %lld is %d, not from "
+                "the message with tag %d number %d", what, (long long)n, (long long)i, got[i],
+                tag, k);
+}
+
+/*
+ * Receives match by tag, not by send order, and messages with one source and
+ * tag keep their order. Rank 0 sends rank 1 tags 3, 7, 3, 7 (small, then
+ * larger than the pair ring); rank 1 waits for the first 7 before it posts
+ * anything for tag 3. Then receives posted before the sends; then a large
+ * message set aside while it comes in and claimed half-way; then 40
+ * messages alternating two tags, taken one tag after the other. With 3
+ * ranks or more, receives from any rank take the message with their tag.
+ */
+static void tag_order_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    const int64_t counts[] = {1, 300000};
+    const int tags[4] = {3, 7, 3, 7};
+    for (int c = 0; c < 2; c++) {
+        int64_t n = counts[c];
+        int32_t *buf[4];
+        for (int m = 0; m < 4; m++) {
+            buf[m] = malloc((size_t)n * 4);
+            for (int64_t i = 0; i < n; i++) buf[m][i] = rank == 0 ? tag_value(tags[m], m / 2, i) : -1;
+        }
+        if (rank == 0) {
+            /*
+             * Not waited for one by one: as in MPI and gloo, a large send may
+             * wait for its receive, which rank 1 posts after tag 7's.
+             */
+            smddp_request_t req[4];
+            for (int m = 0; m < 4; m++)
+                H_OK(smddp_send(comm, buf[m], n, SMDDP_INT32, 1, tags[m], NULL, &req[m]));
+            for (int m = 0; m < 4; m++) {
+                H_OK(smddp_wait(req[m], SMDDP_WAIT_DEFAULT));
+                smddp_request_free(req[m]);
+            }
+        } else if (rank == 1) {
+            smddp_request_t req[3];
+            H_OK(smddp_recv(comm, buf[0], n, SMDDP_INT32, 0, 7, NULL, NULL));
+            check_tagged(buf[0], n, 7, 0, "the first receive for tag 7");
+            H_OK(smddp_recv(comm, buf[1], n, SMDDP_INT32, 0, 7, NULL, &req[0]));
+            H_OK(smddp_recv(comm, buf[2], n, SMDDP_INT32, 0, 3, NULL, &req[1]));
+            H_OK(smddp_recv(comm, buf[3], n, SMDDP_INT32, 0, 3, NULL, &req[2]));
+            for (int j = 0; j < 3; j++) {
+                H_OK(smddp_wait(req[j], SMDDP_WAIT_DEFAULT));
+                smddp_request_free(req[j]);
+            }
+            check_tagged(buf[1], n, 7, 1, "the second receive for tag 7");
+            check_tagged(buf[2], n, 3, 0, "the first receive for tag 3");
+            check_tagged(buf[3], n, 3, 1, "the second receive for tag 3");
+        }
+        /* Receives posted first, for the tag sent last first. */
+        smddp_request_t r7 = NULL, r3 = NULL;
+        if (rank == 1) {
+            H_OK(smddp_recv(comm, buf[0], n, SMDDP_INT32, 0, 7, NULL, &r7));
+            H_OK(smddp_recv(comm, buf[1], n, SMDDP_INT32, 0, 3, NULL, &r3));
+        }
+        H_OK(smddp_barrier(comm, NULL, NULL));
+        if (rank == 0) {
+            H_OK(smddp_send(comm, buf[0], n, SMDDP_INT32, 1, 3, NULL, NULL));
+            H_OK(smddp_send(comm, buf[1], n, SMDDP_INT32, 1, 7, NULL, NULL));
+        } else if (rank == 1) {
+            H_OK(smddp_wait(r7, SMDDP_WAIT_DEFAULT));
+            H_OK(smddp_wait(r3, SMDDP_WAIT_DEFAULT));
+            smddp_request_free(r7);
+            smddp_request_free(r3);
+            check_tagged(buf[0], n, 7, 0, "a receive for tag 7 posted before the sends");
+            check_tagged(buf[1], n, 3, 0, "a receive for tag 3 posted after it");
+        }
+        for (int m = 0; m < 4; m++) free(buf[m]);
+        H_OK(smddp_barrier(comm, NULL, NULL));
+    }
+    /*
+     * 8 M elements with tag 3, then 1 with tag 7: the receive for tag 7 makes
+     * the large message be set aside as it comes in; the receive for tag 3,
+     * posted a moment later, most likely finds it half-way and takes the rest
+     * straight from the ring.
+     */
+    int64_t big = 8 << 20;
+    int32_t *large = malloc((size_t)big * 4), small = rank == 0 ? tag_value(7, 0, 0) : -1;
+    for (int64_t i = 0; i < big; i++) large[i] = rank == 0 ? tag_value(3, 5, i) : -1;
+    smddp_request_t r7b = NULL, r3b = NULL;
+    if (rank == 1) H_OK(smddp_recv(comm, &small, 1, SMDDP_INT32, 0, 7, NULL, &r7b));
+    H_OK(smddp_barrier(comm, NULL, NULL));
+    if (rank == 0) {
+        smddp_request_t req[2];
+        H_OK(smddp_send(comm, large, big, SMDDP_INT32, 1, 3, NULL, &req[0]));
+        H_OK(smddp_send(comm, &small, 1, SMDDP_INT32, 1, 7, NULL, &req[1]));
+        for (int j = 0; j < 2; j++) {
+            H_OK(smddp_wait(req[j], SMDDP_WAIT_DEFAULT));
+            smddp_request_free(req[j]);
+        }
+    } else if (rank == 1) {
+        usleep(2000);
+        H_OK(smddp_recv(comm, large, big, SMDDP_INT32, 0, 3, NULL, &r3b));
+        H_OK(smddp_wait(r7b, SMDDP_WAIT_DEFAULT));
+        H_OK(smddp_wait(r3b, SMDDP_WAIT_DEFAULT));
+        smddp_request_free(r7b);
+        smddp_request_free(r3b);
+        H_CHECK(small == tag_value(7, 0, 0), "the receive for tag 7 got %d", small);
+        check_tagged(large, big, 3, 5, "a message claimed while it was set aside");
+    }
+    free(large);
+    H_OK(smddp_barrier(comm, NULL, NULL));
+    /* Two tags interleaved, received one tag after the other: each in send order. */
+    enum { K = 40 };
+    if (rank == 0) {
+        for (int k = 0; k < K; k++) {
+            int32_t v = tag_value(k % 2, k / 2, 0);
+            H_OK(smddp_send(comm, &v, 1, SMDDP_INT32, 1, k % 2, NULL, NULL));
+        }
+    } else if (rank == 1) {
+        for (int t = 1; t >= 0; t--)
+            for (int k = 0; k < K / 2; k++) {
+                int32_t v = -1;
+                H_OK(smddp_recv(comm, &v, 1, SMDDP_INT32, 0, t, NULL, NULL));
+                H_CHECK(v == tag_value(t, k, 0), "message %d with tag %d carried %d", k, t, v);
+            }
+    }
+    H_OK(smddp_barrier(comm, NULL, NULL));
+    if (size < 3) return;
+    /* From any rank: rank 1 sends with tag 11, rank 2 with tag 12; rank 0 asks for 12 first. */
+    int32_t v = rank == 1 || rank == 2 ? tag_value(10 + rank, 0, 0) : -1, w = -1;
+    smddp_request_t r12 = NULL, r11 = NULL;
+    if (rank == 0) {
+        H_OK(smddp_recv(comm, &v, 1, SMDDP_INT32, SMDDP_ANY_SOURCE, 12, NULL, &r12));
+        H_OK(smddp_recv(comm, &w, 1, SMDDP_INT32, SMDDP_ANY_SOURCE, 11, NULL, &r11));
+    }
+    if (rank == 2) usleep(100 * 1000); /* tag 11 comes first */
+    if (rank == 1 || rank == 2) H_OK(smddp_send(comm, &v, 1, SMDDP_INT32, 0, 10 + rank, NULL, NULL));
+    if (rank == 0) {
+        int s12 = -1, s11 = -1;
+        H_OK(smddp_wait(r12, SMDDP_WAIT_DEFAULT));
+        H_OK(smddp_wait(r11, SMDDP_WAIT_DEFAULT));
+        H_OK(smddp_request_source(r12, &s12));
+        H_OK(smddp_request_source(r11, &s11));
+        smddp_request_free(r12);
+        smddp_request_free(r11);
+        H_CHECK(s12 == 2 && v == tag_value(12, 0, 0) && s11 == 1 && w == tag_value(11, 0, 0),
+                "from any rank: tag 12 got %d from rank %d, tag 11 got %d from rank %d", v, s12,
+                w, s11);
+    }
+    H_OK(smddp_barrier(comm, NULL, NULL));
+}
+
+static void test_p2p_tag_order(void **state)
+{
+    (void)state;
+    run(2, tag_order_rank, NULL);
+    run(3, tag_order_rank, NULL);
+}
+
+static void test_nodes_p2p_tag_order(void **state)
+{
+    (void)state;
+    run_nodes(2, 1, tag_order_rank);
+    run_nodes(3, 1, tag_order_rank);
+    run_nodes(4, 2, tag_order_rank); /* any rank: one sender on this node, one on the other */
 }
 
 /* ---- across nodes ----------------------------------------------------------- */
@@ -329,12 +499,14 @@ int main(void)
         cmocka_unit_test(test_p2p_3),
         cmocka_unit_test(test_p2p_any_source_3),
         cmocka_unit_test(test_p2p_any_source_timeout),
+        cmocka_unit_test(test_p2p_tag_order),
         cmocka_unit_test(test_nodes_p2p),
         cmocka_unit_test(test_nodes_p2p_stuck_peer),
         cmocka_unit_test(test_nodes_p2p_abort_spreads),
         cmocka_unit_test(test_nodes_p2p_failed_recv_untouched),
         cmocka_unit_test(test_nodes_p2p_abort_reaches_any_source),
         cmocka_unit_test(test_nodes_any_source),
+        cmocka_unit_test(test_nodes_p2p_tag_order),
     };
     /* TEST_FILTER=pattern runs only the matching tests (cmocka's wildcards). */
     if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));

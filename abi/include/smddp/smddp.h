@@ -600,10 +600,12 @@ SMDDP_API smddp_status_t smddp_barrier(smddp_comm_t comm, const smddp_coll_attr_
                                        smddp_request_t *req);
 
 /**
- * Sends count elements to rank peer with a tag >= 0. Messages between a pair
- * of ranks are matched in the order they were sent; the receiver's tag and
- * count must equal the sender's, else the receive fails with
- * SMDDP_ERR_MISMATCH and the message is discarded (the send has completed).
+ * Sends count elements to rank peer with a tag >= 0. Messages are matched by
+ * (source, tag), as in MPI: a receive takes the oldest message from its
+ * source with its tag, so messages with one tag arrive in the order they were
+ * sent, whatever the order of other tags. The receiver's count must equal
+ * the sender's, else the receive fails with SMDDP_ERR_MISMATCH and the
+ * message is discarded (the send has completed).
  * Sends and receives progress independently of collectives and of each
  * other, so exchanges such as "irecv from left, isend to right" on every rank
  * do not deadlock. Small messages complete without waiting for the receiver.
@@ -624,10 +626,10 @@ SMDDP_API smddp_status_t smddp_send(smddp_comm_t comm, const void *buf, int64_t 
 
 /**
  * Receives count elements from rank peer with a tag >= 0; see smddp_send().
- * With peer SMDDP_ANY_SOURCE it takes the next message of whichever rank
- * sends first (smddp_request_source() tells which), except a rank whose
- * messages a directed receive is already waiting for; such receives are
- * matched in the order they were posted.
+ * With peer SMDDP_ANY_SOURCE it takes a message with its tag from whichever
+ * rank sends one first (smddp_request_source() tells which), except one a
+ * directed receive is already waiting for; receives from any rank with one
+ * tag are matched in the order they were posted.
  */
 SMDDP_API smddp_status_t smddp_recv(smddp_comm_t comm, void *buf, int64_t count,
                                     smddp_dtype_t dtype, int peer, int tag,
