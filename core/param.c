@@ -125,8 +125,9 @@ static const param_row_t rows[] = {
      "libfabric provider between nodes (default: FI_PROVIDER's choice if set, else efa where "
      "present, else tcp;ofi_rxm)", OFF(ofi_provider), CAP(ofi_provider), NULL},
     {"SMDDP_OFI_MAX_INFLIGHT", P_INT, "256",
-     "send/recv between nodes: at most this many sends to one rank posted to the network at "
-     "once; later ones wait their turn in order (receives are posted at once)", OFF(ofi_max_inflight), 0, NULL},
+     "send/recv between nodes: at most this many sends of one tag to one rank posted to the "
+     "network at once; later ones of that tag wait their turn in order (receives are posted "
+     "at once)", OFF(ofi_max_inflight), 0, NULL},
     {"SMDDP_OFI_MR", P_ENUM, "auto",
      "register buffers with the network provider: auto (where it asks for it, FI_MR_LOCAL, as "
      "efa and verbs do) or always (also where it does not: to test the registration path)",

@@ -130,7 +130,7 @@ static void bind_local(smddp_comm_t comm, smddp__op_t *op, int lr)
 {
     op->root = comm->local_ranks[lr];
     pthread_mutex_lock(&comm->lock);
-    uint64_t *next = smddp__p2p_seq(comm->p2p, op->root, true, op->tag);
+    uint64_t *next = smddp__p2p_count(&comm->p2p->seqs, op->root, true, op->tag);
     if (next) op->seq = (*next)++;
     pthread_mutex_unlock(&comm->lock);
 }
@@ -642,6 +642,8 @@ static void p2p_free(smddp__p2p_t *p, int local_size)
     free_unexpected(p, local_size);
     free(p->seqs.keys);
     free(p->seqs.next);
+    free(p->sending.keys);
+    free(p->sending.next);
     free(p->sendq);
     free(p->recvq);
     free(p->ux);
@@ -650,7 +652,6 @@ static void p2p_free(smddp__p2p_t *p, int local_size)
     free(p->recvs);
     free(p->waiting);
     free(p->waiting_tail);
-    free(p->posted);
     free(p);
 }
 
@@ -667,36 +668,43 @@ static size_t seq_slot(const seq_map_t *m, uint64_t key)
     return i;
 }
 
-uint64_t *smddp__p2p_seq(smddp__p2p_t *p, int peer, bool recv, int32_t tag)
+/* Doubles m's table (at least 64 slots); false when out of memory. */
+static bool seq_grow(seq_map_t *m)
 {
-    seq_map_t *m = &p->seqs;
+    seq_map_t g = {0};
+    g.cap = m->cap ? 2 * m->cap : 64;
+    g.keys = calloc(g.cap, sizeof(*g.keys));
+    g.next = calloc(g.cap, sizeof(*g.next));
+    if (!g.keys || !g.next) {
+        free(g.keys);
+        free(g.next);
+        return false;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->keys[i]) continue;
+        size_t j = seq_slot(&g, m->keys[i]);
+        g.keys[j] = m->keys[i];
+        g.next[j] = m->next[i];
+    }
+    g.used = m->used;
+    free(m->keys);
+    free(m->next);
+    *m = g;
+    return true;
+}
+
+uint64_t *smddp__p2p_count(seq_map_t *m, int peer, bool recv, int32_t tag)
+{
     uint64_t key = seq_key(peer, recv, tag);
-    if (2 * (m->used + 1) > m->cap) { /* at most half full: probes stay short */
-        seq_map_t g = {0};
-        g.cap = m->cap ? 2 * m->cap : 64;
-        g.keys = calloc(g.cap, sizeof(*g.keys));
-        g.next = calloc(g.cap, sizeof(*g.next));
-        if (!g.keys || !g.next) {
-            free(g.keys);
-            free(g.next);
-            return NULL;
-        }
-        for (size_t i = 0; i < m->cap; i++) {
-            if (!m->keys[i]) continue;
-            size_t j = seq_slot(&g, m->keys[i]);
-            g.keys[j] = m->keys[i];
-            g.next[j] = m->next[i];
-        }
-        g.used = m->used;
-        free(m->keys);
-        free(m->next);
-        *m = g;
+    size_t i = m->cap ? seq_slot(m, key) : 0;
+    if (m->cap && m->keys[i]) return &m->next[i];
+    /* A new key: the table stays at most half full, so probes stay short. */
+    if (2 * (m->used + 1) > m->cap) {
+        if (!seq_grow(m)) return NULL;
+        i = seq_slot(m, key);
     }
-    size_t i = seq_slot(m, key);
-    if (!m->keys[i]) {
-        m->keys[i] = key;
-        m->used++;
-    }
+    m->keys[i] = key;
+    m->used++;
     return &m->next[i];
 }
 
@@ -715,10 +723,9 @@ smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op)
             p->recvs = calloc(n, sizeof(*p->recvs));
             p->waiting = calloc(q, sizeof(*p->waiting));
             p->waiting_tail = calloc(q, sizeof(*p->waiting_tail));
-            p->posted = calloc(q, sizeof(*p->posted));
         }
         if (!p || !p->sendq || !p->recvq || !p->ux || !p->ux_tail || !p->sends || !p->recvs ||
-            !p->waiting || !p->waiting_tail || !p->posted) {
+            !p->waiting || !p->waiting_tail) {
             p2p_free(p, comm->local_size);
             return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate send/recv state");
         }
@@ -736,7 +743,8 @@ smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op)
     /* A small send would complete before the health check saw a peer's abort. */
     SMDDP_CHECK(smddp__comm_check_alive(comm, op));
     if (op->root >= 0) { /* a receive from any rank takes its number when it is bound */
-        uint64_t *next = smddp__p2p_seq(p, op->root, op->kind == SMDDP_OP_RECV, op->tag);
+        uint64_t *next = smddp__p2p_count(&p->seqs, op->root, op->kind == SMDDP_OP_RECV,
+                                          op->tag);
         if (!next) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate send/recv state");
         op->seq = (*next)++;
     }

@@ -52,6 +52,8 @@ typedef struct remote {
     smddp__ofi_xfer_t x;
     smddp__op_t *op; /* NULL once the op has been completed */
     int queue;       /* index of its (peer, direction) queue */
+    int32_t tag;
+    bool counted;    /* a send counted in p->sending */
     struct remote *next;
 } remote_t;
 
@@ -65,7 +67,7 @@ typedef struct peek {
     struct peek *next;
 } peek_t;
 
-/* Message numbers per (peer, direction, tag), counted under comm->lock. */
+/* Counters per (peer, direction, tag): message numbers, sends on the network. */
 typedef struct seq_map {
     uint64_t *keys; /* 0: empty slot; else the key + 1 */
     uint64_t *next; /* the next message number */
@@ -78,7 +80,8 @@ struct smddp__p2p {
     pthread_cond_t cond;
     bool stopping;
     smddp__op_t *incoming, *incoming_tail; /* submitted, not yet sorted */
-    seq_map_t seqs;                        /* guarded by comm->lock */
+    seq_map_t seqs;                        /* message numbers, guarded by comm->lock */
+    seq_map_t sending;                     /* sends on the network per (peer, tag) */
     smddp__op_t **sendq;                   /* per local rank: sends in order */
     smddp__op_t **recvq;                   /* per local rank: receives waiting, in posting order */
     unexpected_t **ux, **ux_tail;          /* per local rank: messages set aside, in order */
@@ -87,13 +90,13 @@ struct smddp__p2p {
     remote_t *remote;                      /* posted to peers on other nodes */
     remote_t *given_up;                    /* left posted by a failure: freed at teardown */
     /*
-     * Per (peer, direction): ops waiting to be posted, in order, and how many
-     * are on the network. Sends beyond SMDDP_OFI_MAX_INFLIGHT wait, so one
-     * pair never holds up another; receives are posted at once (one may be
-     * needed before those ahead of it can match), unless the endpoint is full.
+     * Per (peer, direction): ops waiting to be posted, in order. Sends of one
+     * tag beyond SMDDP_OFI_MAX_INFLIGHT on the network
+     * wait (p->sending counts them), so one pair never holds up another, and
+     * those of other tags go past them: the receiver may wait for one of
+     * those first. Receives are posted at once, unless the endpoint is full.
      */
     smddp__op_t **waiting, **waiting_tail;
-    int *posted;
     bool stalled; /* some queue's head was not taken by the endpoint yet: try again */
     int active;
     smddp__op_t *anyq;  /* receives from any rank, not yet matched, in posting order */
@@ -104,10 +107,10 @@ struct smddp__p2p {
 
 /* p2p.c, for p2p_net.c. */
 /*
- * The counter of message numbers of (peer, receives or sends, tag), made at
- * 0 on first use; NULL when out of memory. comm->lock held.
+ * m's counter of (peer, receives or sends, tag), made at 0 on first use;
+ * NULL when out of memory. For p->seqs, comm->lock held.
  */
-uint64_t *smddp__p2p_seq(smddp__p2p_t *p, int peer, bool recv, int32_t tag);
+uint64_t *smddp__p2p_count(seq_map_t *m, int peer, bool recv, int32_t tag);
 /* Aborts the communicator with the current error and fails every queued op. */
 void smddp__p2p_abort_all(smddp_comm_t comm, smddp_status_t st);
 

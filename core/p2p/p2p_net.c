@@ -2,9 +2,9 @@
  * Send/recv with ranks on other nodes, the network half of the send/recv
  * engine (p2p.c has the overview): each op is posted to the communicator's
  * send/recv endpoint (comm->ofi_p2p) tagged (message number of its (peer,
- * tag), user tag), and matches that exact tag; sends wait while their peer
- * has SMDDP_OFI_MAX_INFLIGHT on the network. Runs on the engine's thread
- * only.
+ * tag), user tag), and matches that exact tag; sends of a tag wait while
+ * SMDDP_OFI_MAX_INFLIGHT of that tag to that peer are on the network. Runs
+ * on the engine's thread only.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +57,7 @@ static bool post_remote(smddp_comm_t comm, smddp__op_t *op)
     }
     r->op = op;
     r->queue = queue_of(op);
+    r->tag = op->tag;
     p->active++;
     if (st < 0) {
         complete_remote(comm, r, st);
@@ -65,29 +66,42 @@ static bool post_remote(smddp_comm_t comm, smddp__op_t *op)
     }
     r->next = p->remote;
     p->remote = r;
-    p->posted[r->queue]++;
+    if (op->kind == SMDDP_OP_SEND) {
+        uint64_t *n = smddp__p2p_count(&p->sending, op->root, false, op->tag);
+        if (n) (*n)++;
+        r->counted = n != NULL;
+    }
     return true;
 }
 
 /*
- * Posts queue q's waiting ops, in order, while it has room on the network.
- * Receives have no cap: a later receive may be the one whose message lets
- * the sender go on.
+ * Posts queue q's waiting ops in order, but for sends of a tag that has
+ * SMDDP_OFI_MAX_INFLIGHT on the network: those wait, and later sends of other
+ * tags go past them (the receiver may wait for one of those first). Receives
+ * have no cap: a later one may be the one whose message lets the sender go on.
  */
 static void post_waiting(smddp_comm_t comm, int q)
 {
     smddp__p2p_t *p = comm->p2p;
     int cap = q % 2 ? 0 : smddp__params()->ofi_max_inflight;
-    while (p->waiting[q] && (cap <= 0 || p->posted[q] < cap)) {
-        smddp__op_t *op = p->waiting[q], *next = op->next;
+    smddp__op_t **link = &p->waiting[q], *prev = NULL;
+    while (*link) {
+        smddp__op_t *op = *link, *next = op->next;
+        uint64_t *inflight =
+            cap > 0 ? smddp__p2p_count(&p->sending, op->root, false, op->tag) : NULL;
+        if (inflight && *inflight >= (uint64_t)cap) { /* so do its tag's later sends */
+            prev = op;
+            link = &op->next;
+            continue;
+        }
         p->active--; /* post_remote counts it again */
         if (!post_remote(comm, op)) {
             p->active++;
             p->stalled = true;
             return;
         }
-        p->waiting[q] = next;
-        if (!p->waiting[q]) p->waiting_tail[q] = NULL;
+        *link = next; /* op may be gone: completed at once, with an error */
+        if (!next) p->waiting_tail[q] = prev;
     }
 }
 
@@ -170,8 +184,11 @@ bool smddp__p2p_net_progress(smddp_comm_t comm)
         }
         *link = r->next;
         int q = r->queue;
+        if (r->counted) {
+            uint64_t *n = smddp__p2p_count(&p->sending, q / 2, false, r->tag);
+            if (n && *n) (*n)--;
+        }
         free(r);
-        p->posted[q]--;
         post_waiting(comm, q);
         any = true;
     }
@@ -202,7 +219,7 @@ bool smddp__p2p_net_match(smddp_comm_t comm, int q, int32_t tag, uint64_t *seq,
     }
     if (!pk->busy) {
         pthread_mutex_lock(&comm->lock);
-        uint64_t *next = smddp__p2p_seq(p, q, true, tag);
+        uint64_t *next = smddp__p2p_count(&p->seqs, q, true, tag);
         if (next) pk->seq = *next;
         pthread_mutex_unlock(&comm->lock);
         if (!next) {
@@ -219,7 +236,7 @@ bool smddp__p2p_net_match(smddp_comm_t comm, int q, int32_t tag, uint64_t *seq,
     pk->busy = false;
     if (pk->x.nomsg || pk->x.status < 0) return false;
     pthread_mutex_lock(&comm->lock);
-    uint64_t *next = smddp__p2p_seq(p, q, true, tag); /* exists: made above */
+    uint64_t *next = smddp__p2p_count(&p->seqs, q, true, tag); /* made above */
     bool claimed = next && *next == pk->seq;
     if (claimed) (*next)++;
     pthread_mutex_unlock(&comm->lock);
@@ -235,7 +252,7 @@ void smddp__p2p_net_prune_peeks(smddp_comm_t comm)
         bool wanted = false;
         for (const smddp__op_t *op = p->anyq; op && !wanted; op = op->next)
             wanted = op->tag == pk->tag;
-        if (pk->busy || wanted) {
+        if (wanted || (pk->busy && !pk->x.done)) { /* a done peek is over: no need to look */
             link = &pk->next;
             continue;
         }

@@ -318,11 +318,49 @@ static void tag_order_rank(smddp_comm_t comm, int rank, int size, void *arg)
     H_OK(smddp_barrier(comm, NULL, NULL));
 }
 
+/*
+ * More sends of one tag than the network may hold at once (the cap is 2 in
+ * the run across nodes), large enough to wait for their receives, then one
+ * with another tag, which the receiver takes first: it must go past them.
+ */
+static void tag_past_cap_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    enum { M = 3 };
+    int64_t n = 1 << 18;
+    int32_t *big[M], small = rank == 0 ? tag_value(2, 0, 0) : -1;
+    for (int m = 0; m < M; m++) {
+        big[m] = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) big[m][i] = rank == 0 ? tag_value(1, m, i) : -1;
+    }
+    if (rank == 0) {
+        smddp_request_t req[M + 1];
+        for (int m = 0; m < M; m++)
+            H_OK(smddp_send(comm, big[m], n, SMDDP_INT32, 1, 1, NULL, &req[m]));
+        H_OK(smddp_send(comm, &small, 1, SMDDP_INT32, 1, 2, NULL, &req[M]));
+        for (int m = 0; m <= M; m++) {
+            H_OK(smddp_wait(req[m], SMDDP_WAIT_DEFAULT));
+            smddp_request_free(req[m]);
+        }
+    } else if (rank == 1) {
+        H_OK(smddp_recv(comm, &small, 1, SMDDP_INT32, 0, 2, NULL, NULL));
+        H_CHECK(small == tag_value(2, 0, 0), "the message with tag 2 carried %d", small);
+        for (int m = 0; m < M; m++) {
+            H_OK(smddp_recv(comm, big[m], n, SMDDP_INT32, 0, 1, NULL, NULL));
+            check_tagged(big[m], n, 1, m, "a message with tag 1 sent before the one with tag 2");
+        }
+    }
+    for (int m = 0; m < M; m++) free(big[m]);
+    H_OK(smddp_barrier(comm, NULL, NULL));
+}
+
 static void test_p2p_tag_order(void **state)
 {
     (void)state;
     run(2, tag_order_rank, NULL);
     run(3, tag_order_rank, NULL);
+    run(2, tag_past_cap_rank, NULL);
 }
 
 static void test_nodes_p2p_tag_order(void **state)
@@ -331,6 +369,7 @@ static void test_nodes_p2p_tag_order(void **state)
     run_nodes(2, 1, tag_order_rank);
     run_nodes(3, 1, tag_order_rank);
     run_nodes(4, 2, tag_order_rank); /* any rank: one sender on this node, one on the other */
+    run_nodes_env(2, 1, tag_past_cap_rank, "SMDDP_OFI_MAX_INFLIGHT=2");
 }
 
 /* ---- across nodes ----------------------------------------------------------- */
