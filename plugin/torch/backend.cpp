@@ -439,11 +439,9 @@ void ProcessGroupSMDDP::abort() {
 }
 
 ProcessGroupSMDDP::InUse::InUse(ProcessGroupSMDDP& pg, Kind kind) : pg_(pg) {
-  // Sequentially consistent, with shutdown's store and load: either this
-  // call sees closing_, or shutdown sees it counted and waits for it.
-  pg_.users_.fetch_add(1);
+  pg_.use_mutex_.lock_shared();
   if (kind == kCall && pg_.closing_.load()) {
-    pg_.users_.fetch_sub(1);
+    pg_.use_mutex_.unlock_shared();
     TORCH_CHECK(false, "smddp: the process group has been shut down");
   }
 }
@@ -451,11 +449,10 @@ ProcessGroupSMDDP::InUse::InUse(ProcessGroupSMDDP& pg, Kind kind) : pg_(pg) {
 void ProcessGroupSMDDP::shutdown() {
   std::call_once(shutdown_once_, [this] {
     closing_.store(true);
-    // A call under way on another thread ends first (a blocking one runs to
-    // its end or its timeout).
-    while (users_.load() != 0) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+    // Calls and waits under way on other threads end first (a blocking call
+    // runs to its end or its timeout); a wait that starts meanwhile waits
+    // for the destroy, then finds its requests completed.
+    std::unique_lock<std::shared_mutex> in_use(use_mutex_);
     std::lock_guard<std::mutex> lock(lifecycle_mutex_);
     // Destroying the communicator first runs what is still queued, so every
     // work completes.

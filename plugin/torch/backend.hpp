@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -312,7 +313,7 @@ class ProcessGroupSMDDP : public c10d::Backend {
    public:
     enum Kind { kCall, kWait };
     explicit InUse(ProcessGroupSMDDP& pg, Kind kind = kCall);  // kCall: throws once shut down
-    ~InUse() { pg_.users_.fetch_sub(1); }
+    ~InUse() { pg_.use_mutex_.unlock_shared(); }
     InUse(const InUse&) = delete;
     InUse& operator=(const InUse&) = delete;
 
@@ -400,7 +401,7 @@ class ProcessGroupSMDDP : public c10d::Backend {
                                  const at::Tensor& output, const at::Tensor& input,
                                  const c10d::ReduceOp& rop);
 
-  std::atomic<int> users_{0};  // InUse holders
+  std::shared_mutex use_mutex_;  // shared by InUse holders, held by shutdown() to destroy
   std::atomic<bool> closing_{false};
 
   smddp_comm_t comm_ = nullptr;
