@@ -66,6 +66,11 @@ static const param_row_t rows[] = {
     {"SMDDP_P2P_BUFFER_SIZE", P_SIZE, "262144",
      "shared-memory ring per ordered pair of local ranks for send/recv (bytes)", OFF(p2p_buffer),
      0, NULL},
+    {"SMDDP_P2P_SET_ASIDE_MAX", P_SIZE, "1073741824",
+     "send/recv inside a node: messages set aside for receives not yet posted (they came "
+     "ahead of one a receive waits for) take at most this many bytes per rank; beyond, later "
+     "messages wait in their ring (one message is always let through)",
+     OFF(p2p_set_aside_max), 0, NULL},
     {"SMDDP_SPIN", P_INT, "-1",
      "microseconds to busy-wait before yielding, then sleeping on a futex (-1: 50, or 1 when "
      "local ranks outnumber cores)",

@@ -35,6 +35,7 @@ typedef struct smddp__params {
     int64_t shm_buffer;         /* SMDDP_SHM_BUFFER_SIZE bytes per rank */
     int64_t stream_min;         /* SMDDP_STREAM_MIN: results this large bypass the caches */
     int64_t p2p_buffer;         /* SMDDP_P2P_BUFFER_SIZE bytes per rank pair */
+    int64_t p2p_set_aside_max;  /* SMDDP_P2P_SET_ASIDE_MAX bytes */
     int spin;                   /* SMDDP_SPIN microseconds of busy-waiting */
     int yield;                  /* SMDDP_YIELD microseconds of sched_yield after spinning */
     int check;                  /* SMDDP_CHECK_ORDER: cross-rank op check */

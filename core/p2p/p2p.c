@@ -45,6 +45,7 @@
 #include "../transport/shm.h"
 #include "../cuda/stage.h"
 #include "../fail.h"
+#include "../param.h"
 #include "../request.h"
 #include "../topo.h"
 #include "p2p_engine.h"
@@ -188,6 +189,8 @@ static void take_unexpected(smddp_comm_t comm, int lr, unexpected_t **link, smdd
         st->ux = NULL;
         stream_into(p, lr, op);
     }
+    p->set_aside -= u->bytes;
+    p->set_aside_full = false; /* room again: held messages are tried on the next pass */
     free(u->data);
     free(u);
 }
@@ -267,6 +270,11 @@ static bool place(smddp_comm_t comm, int lr, smddp_status_t *err)
         return true;
     }
     if (!p->recvq[lr] && !p->anyq) return false;
+    uint64_t max = (uint64_t)smddp__params()->p2p_set_aside_max;
+    if (p->set_aside && p->set_aside + st->hdr.bytes > max) {
+        p->set_aside_full = true; /* back-pressure: the sender waits for room */
+        return false;
+    }
     unexpected_t *u = calloc(1, sizeof(*u));
     char *data = st->hdr.bytes ? malloc((size_t)st->hdr.bytes) : NULL;
     if (!u || (st->hdr.bytes && !data)) {
@@ -283,6 +291,7 @@ static bool place(smddp_comm_t comm, int lr, smddp_status_t *err)
     u->bytes = st->hdr.bytes;
     u->arrival = p->arrivals++;
     u->data = data;
+    p->set_aside += u->bytes;
     if (p->ux_tail[lr]) p->ux_tail[lr]->next = u;
     else p->ux[lr] = u;
     p->ux_tail[lr] = u;
@@ -403,24 +412,39 @@ static void fail_all(smddp_comm_t comm, smddp_status_t st)
     smddp__p2p_net_fail(comm, st, msg);
 }
 
-/* " (it sent messages with tags 5, 9 that no receive took)", or "" when none from lr waits. */
+/*
+ * What a receive from lr that timed out may be missing: " (it sent messages
+ * with tags 5, 9 that no receive took)", and whether set-aside messages
+ * fill SMDDP_P2P_SET_ASIDE_MAX; "" when neither.
+ */
 static void describe_unexpected(const smddp__p2p_t *p, int lr, char *buf, size_t cap)
 {
+    size_t len = 0;
     buf[0] = '\0';
-    if (!p->ux[lr]) return;
-    size_t len = (size_t)snprintf(buf, cap, " (it sent messages with tags");
-    int listed = 0;
-    for (const unexpected_t *u = p->ux[lr]; u && len < cap; u = u->next) {
-        bool seen = false;
-        for (const unexpected_t *v = p->ux[lr]; v != u && !seen; v = v->next) seen = v->tag == u->tag;
-        if (seen) continue;
-        if (++listed > 8) {
-            len += (size_t)snprintf(buf + len, cap - len, ", ...");
-            break;
+    if (p->ux[lr]) {
+        len += (size_t)snprintf(buf, cap, " (it sent messages with tags");
+        int listed = 0;
+        for (const unexpected_t *u = p->ux[lr]; u && len < cap; u = u->next) {
+            bool seen = false;
+            for (const unexpected_t *v = p->ux[lr]; v != u && !seen; v = v->next)
+                seen = v->tag == u->tag;
+            if (seen) continue;
+            if (++listed > 8) {
+                len += (size_t)snprintf(buf + len, cap - len, ", ...");
+                break;
+            }
+            len += (size_t)snprintf(buf + len, cap - len, "%s %d", listed > 1 ? "," : "",
+                                    (int)u->tag);
         }
-        len += (size_t)snprintf(buf + len, cap - len, "%s %d", listed > 1 ? "," : "", (int)u->tag);
+        if (len < cap) len += (size_t)snprintf(buf + len, cap - len, " that no receive took");
     }
-    if (len < cap) snprintf(buf + len, cap - len, " that no receive took)");
+    if (p->set_aside_full && len < cap)
+        len += (size_t)snprintf(buf + len, cap - len,
+                                "%s messages set aside for later receives fill "
+                                "SMDDP_P2P_SET_ASIDE_MAX (%" PRIu64 " bytes), so later ones "
+                                "wait in their rings",
+                                len ? ";" : " (", p->set_aside);
+    if (len && len < cap) snprintf(buf + len, cap - len, ")");
 }
 
 /* Abort, dead-peer and deadline checks of a send or receive between ranks of the node. */
@@ -444,7 +468,7 @@ static smddp_status_t check_local(smddp_comm_t comm, int lr, const smddp__op_t *
         return smddp__error_quiet(SMDDP_ERR_PEER_LOST, "%s failed: rank %d %s", desc, op->root,
                                   state == 1 ? "died" : "destroyed its communicator");
     if (now < op->deadline_ns) return SMDDP_OK;
-    char others[160];
+    char others[320];
     describe_unexpected(comm->p2p, lr, others, sizeof(others));
     return smddp__error_quiet(SMDDP_ERR_TIMEOUT, "%s timed out after %.3f s: rank %d did not %s%s",
                               desc, (double)smddp__op_timeout_ms(comm, op) / 1000.0, op->root,

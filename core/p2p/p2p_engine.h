@@ -86,6 +86,8 @@ struct smddp__p2p {
     smddp__op_t **recvq;                   /* per local rank: receives waiting, in posting order */
     unexpected_t **ux, **ux_tail;          /* per local rank: messages set aside, in order */
     uint64_t arrivals;                     /* messages set aside so far */
+    uint64_t set_aside;                    /* bytes set aside now */
+    bool set_aside_full;                   /* a message waits in its ring for room */
     p2p_state_t *sends, *recvs;            /* per local rank: the message going out, coming in */
     remote_t *remote;                      /* posted to peers on other nodes */
     remote_t *given_up;                    /* left posted by a failure: freed at teardown */

@@ -1624,6 +1624,11 @@ def test_collectives_across_fake_nodes(name):
     run_ranks(COLLECTIVE_CHECKS[name], 2, env=FAKE_NODES)
 
 
+def test_tags_across_fake_nodes_3_ranks():
+    """Receives from any rank matched by tag, each rank on its own fake node."""
+    run_ranks(_check_tags, 3, env=FAKE_NODES)
+
+
 def test_backend_name_and_registration():
     import smddp
 

@@ -355,6 +355,40 @@ static void tag_past_cap_rank(smddp_comm_t comm, int rank, int size, void *arg)
     H_OK(smddp_barrier(comm, NULL, NULL));
 }
 
+/*
+ * SMDDP_P2P_SET_ASIDE_MAX=4096: the first 8 KiB message with tag 1 is set
+ * aside for the receive of tag 2 behind it, the second no longer fits and
+ * waits in the ring, so the receive of tag 2 times out, and says why.
+ */
+static void set_aside_cap_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    int32_t a[2048] = {0}, b[2048] = {0}, c = 7;
+    if (rank == 0) {
+        H_OK(smddp_send(comm, a, 2048, SMDDP_INT32, 1, 1, NULL, NULL));
+        H_OK(smddp_send(comm, b, 2048, SMDDP_INT32, 1, 1, NULL, NULL));
+        H_OK(smddp_send(comm, &c, 1, SMDDP_INT32, 1, 2, NULL, NULL));
+        sleep(2); /* rank 1 times out meanwhile */
+    } else if (rank == 1) {
+        smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+        attr.timeout_ms = 1000;
+        smddp_status_t st = smddp_recv(comm, &c, 1, SMDDP_INT32, 0, 2, &attr, NULL);
+        const char *msg = smddp_get_last_error(NULL);
+        H_CHECK(st == SMDDP_ERR_TIMEOUT, "the receive behind a full set-aside returned %s: %s",
+                smddp_status_string(st), msg);
+        H_CHECK(strstr(msg, "tags 1 that no receive took") &&
+                    strstr(msg, "fill SMDDP_P2P_SET_ASIDE_MAX (8192 bytes)"),
+                "the timeout does not say why: %s", msg);
+    }
+}
+
+static void test_p2p_set_aside_cap(void **state)
+{
+    (void)state;
+    run(2, set_aside_cap_rank, "SMDDP_P2P_SET_ASIDE_MAX=4096");
+}
+
 static void test_p2p_tag_order(void **state)
 {
     (void)state;
@@ -539,6 +573,7 @@ int main(void)
         cmocka_unit_test(test_p2p_any_source_3),
         cmocka_unit_test(test_p2p_any_source_timeout),
         cmocka_unit_test(test_p2p_tag_order),
+        cmocka_unit_test(test_p2p_set_aside_cap),
         cmocka_unit_test(test_nodes_p2p),
         cmocka_unit_test(test_nodes_p2p_stuck_peer),
         cmocka_unit_test(test_nodes_p2p_abort_spreads),

@@ -49,6 +49,7 @@ static const char *const row_names[] = {
     "SMDDP_SHM_BUFFER_SIZE",
     "SMDDP_STREAM_MIN",
     "SMDDP_P2P_BUFFER_SIZE",
+    "SMDDP_P2P_SET_ASIDE_MAX",
     "SMDDP_SPIN",
     "SMDDP_CHECK_ORDER",
     "SMDDP_SIMD",
