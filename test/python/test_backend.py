@@ -491,6 +491,54 @@ def _check_tags(rank, world, gloo):
     return failures
 
 
+def _check_object_collectives(rank, world, gloo):
+    """all_gather_object, gather_object, broadcast_object_list and
+    scatter_object_list, which torch builds on the collectives (pickled
+    objects of different sizes on each rank), against gloo's results."""
+    failures = []
+
+    def obj(r):
+        return {"rank": r, "name": "x" * (10 * r + 1), "t": torch.arange(r + 2), "nested": [r, (r, str(r))]}
+
+    def same(a, b):
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+        if isinstance(a, dict):
+            return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, (list, tuple)):
+            return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return a == b
+
+    def run(group):
+        out = {}
+        gathered = [None] * world
+        dist.all_gather_object(gathered, obj(rank), group=group)
+        out["all_gather_object"] = gathered
+        dst = world - 1
+        g = [None] * world if rank == dst else None
+        dist.gather_object(obj(rank), g, dst=dst, group=group)
+        out["gather_object"] = g
+        lst = [obj(1), "from rank 1", 7] if rank == 1 else [None, None, None]
+        dist.broadcast_object_list(lst, src=1, group=group)
+        out["broadcast_object_list"] = lst
+        got = [None]
+        dist.scatter_object_list(got, [obj(10 + r) for r in range(world)] if rank == 0 else None,
+                                 src=0, group=group)
+        out["scatter_object_list"] = got
+        return out
+
+    mine, ref = run(dist.group.WORLD), run(gloo)
+    want = {"all_gather_object": [obj(r) for r in range(world)],
+            "gather_object": [obj(r) for r in range(world)] if rank == world - 1 else None,
+            "broadcast_object_list": [obj(1), "from rank 1", 7],
+            "scatter_object_list": [obj(10 + rank)]}
+    for name in want:
+        if not same(mine[name], ref[name]) or not same(mine[name], want[name]):
+            failures.append(f"{name}: smddp gave {mine[name]!r}, gloo {ref[name]!r}, "
+                            f"expected {want[name]!r}")
+    return failures
+
+
 def _check_coalescing(rank, world, gloo):
     """startCoalescing/endCoalescing: batch_isend_irecv as one batch (a ring
     both ways, as pipeline parallelism exchanges), and _coalescing_manager
@@ -1597,6 +1645,7 @@ COLLECTIVE_CHECKS = {
     "send_recv_barrier": _check_p2p_and_barrier,
     "coalescing": _check_coalescing,
     "tags": _check_tags,
+    "object_collectives": _check_object_collectives,
     "direct_calls": _check_direct_calls,
     "new_dtypes": _check_new_dtypes,
     "list_forms": _check_list_forms,
