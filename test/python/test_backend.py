@@ -942,6 +942,32 @@ def test_gather_single():
     run_ranks(_check_gather_single, 3)
 
 
+def _check_canonical_single(rank, world, gloo):
+    """torch 2.14's canonical all_gather_single and reduce_scatter_single (and
+    all_to_all_single) on smddp, against gloo's results."""
+    failures = []
+    for dtype in (torch.float32, torch.int64, torch.bfloat16):
+        x = _data(dtype, rank, n=6 * world)
+        for name, call, shape in (
+                ("all_gather_single", lambda out, g: dist.all_gather_single(out, x[:6], group=g),
+                 (6 * world,)),
+                ("reduce_scatter_single",
+                 lambda out, g: dist.reduce_scatter_single(out, x, group=g), (6,)),
+                ("all_to_all_single", lambda out, g: dist.all_to_all_single(out, x, group=g),
+                 (6 * world,))):
+            got, want = torch.empty(shape, dtype=dtype), torch.empty(shape, dtype=dtype)
+            call(got, None)
+            call(want, gloo)
+            _compare(failures, f"{name} {dtype}", got, want)
+    return failures
+
+
+@pytest.mark.skipif(not hasattr(dist, "all_gather_single"),
+                    reason="this torch has no all_gather_single (torch 2.14 has it)")
+def test_canonical_single_names():
+    run_ranks(_check_canonical_single, 3)
+
+
 def test_each_collective_honours_its_timeout():
     run_ranks(_check_op_timeouts, 2)
 
