@@ -1,8 +1,8 @@
 /*
- * The send/recv engine's state, shared by its two halves (private to
- * core/p2p): p2p.c runs the thread, the FIFOs between ranks of one node
- * and the receives from any rank; p2p_net.c the messages to and from ranks
- * on other nodes, over comm->ofi_p2p. The functions declared here run on
+ * The send/recv engine's state, shared by its parts (private to core/p2p):
+ * p2p.c runs the thread, the FIFOs between ranks of one node and the
+ * receives from any rank; p2p_net.c the messages to and from ranks on other
+ * nodes, over comm->ofi_p2p; p2p_seq.c the counters per (peer, tag). The functions declared here run on
  * the engine's thread (smddp__p2p_net_free after it has stopped); submit and
  * stop touch the state under its lock.
  */
@@ -107,12 +107,14 @@ struct smddp__p2p {
     peek_t *peeks;      /* per (rank on another node, tag) looked for */
 };
 
-/* p2p.c, for p2p_net.c. */
+/* p2p_seq.c. */
 /*
  * m's counter of (peer, receives or sends, tag), made at 0 on first use;
  * NULL when out of memory. For p->seqs, comm->lock held.
  */
 uint64_t *smddp__p2p_count(seq_map_t *m, int peer, bool recv, int32_t tag);
+
+/* p2p.c, for p2p_net.c. */
 /* Aborts the communicator with the current error and fails every queued op. */
 void smddp__p2p_abort_all(smddp_comm_t comm, smddp_status_t st);
 
