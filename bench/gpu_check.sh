@@ -20,6 +20,12 @@
 #   5. the backend on CUDA tensors through torch: pytest test/python/test_gpu.py
 #   6. bench/gpu_torch_bench.py: 2 and 4 ranks through torch beside torch's add
 #   7. torch's nccl backend with libsmddp preloaded: the interposer serves it
+#   8. SMDDP_CUDA_SYNC=kernel (flags in device memory): latency 8 B to 1 MiB
+#      and busbw to 256 MiB for 2 and 4 ranks beside the events path; one-shot
+#      against two-shot (SMDDP_CUDA_ONESHOT_MAX) for the crossover; through
+#      torch beside torch's add (its GPU tests are in step 2)
+# The limits add up to more than one 10-minute device call: on a lent GPU, run
+# it in two calls (STEPS="build gpu_tests ..." picks steps; default all).
 # Logs go to OUT_DIR (default build-gpu/check); a summary line ends the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,8 +36,12 @@ mkdir -p "$OUT"
 failed=()
 start=$(date +%s)
 
+ran=0
+STEPS=${STEPS:-}
 step() {  # step NAME TIMEOUT_S command...
     local name=$1 limit=$2; shift 2
+    if [ -n "$STEPS" ] && [[ " $STEPS " != *" $name "* ]]; then return 0; fi
+    ran=$((ran + 1))
     local t0=$(date +%s)
     echo "== $name (limit ${limit}s) =="
     timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
@@ -65,7 +75,7 @@ fi
 export SMDDP_NCCL_LIBRARY
 echo "NCCL library: ${SMDDP_NCCL_LIBRARY:-(not found; libnccl.so.2 from the loader path)}"
 
-step gpu_tests 180 meson test -C "$BUILD" --suite gpu --verbose --no-rebuild
+step gpu_tests 300 meson test -C "$BUILD" --suite gpu --verbose --no-rebuild
 step kernel_bench 60 "$BUILD/bench/smddp_gpu_bench" kernel -e 1G
 step coll_bench_2 60 "$BUILD/bench/smddp_gpu_bench" coll -p 2 -b 1M -e 256M
 step coll_bench_4 90 "$BUILD/bench/smddp_gpu_bench" coll -p 4 -b 1M -e 256M
@@ -96,8 +106,17 @@ step torch_tests 240 $PY -m pytest test/python/test_gpu.py -v -p no:cacheprovide
 step torch_bench 180 $PY bench/gpu_torch_bench.py --ranks 2 4 --max-bytes 256M
 step nccl_preload 120 $PY test/gpu/nccl_preload.py "$PKG/smddp/libsmddp.so"
 
-total=7
+# Kernel-side synchronisation against the events path, same run.
+B="$BUILD/bench/smddp_gpu_bench"
+step latency_events_2 60 "$B" coll -p 2 -b 8 -e 1M
+step latency_kernel_2 60 env SMDDP_CUDA_SYNC=kernel "$B" coll -p 2 -b 8 -e 1M
+step coll_kernel_2 90 env SMDDP_CUDA_SYNC=kernel "$B" coll -p 2 -b 1M -e 256M
+step coll_kernel_4 120 env SMDDP_CUDA_SYNC=kernel "$B" coll -p 4 -b 8 -e 256M
+step oneshot_only_2 60 env SMDDP_CUDA_SYNC=kernel SMDDP_CUDA_ONESHOT_MAX=1G "$B" coll -p 2 -b 4K -e 64M
+step twoshot_only_2 60 env SMDDP_CUDA_SYNC=kernel SMDDP_CUDA_ONESHOT_MAX=0 "$B" coll -p 2 -b 4K -e 64M
+step torch_bench_kernel 180 env SMDDP_CUDA_SYNC=kernel $PY bench/gpu_torch_bench.py --ranks 2 4 --min-bytes 8 --max-bytes 256M
+
 nfail=${#failed[@]}
 echo "gpu_check: $(( $(date +%s) - start )) s; failed steps: ${failed[*]:-none}"
-echo "gpu_check: $(( total - nfail )) passed, $nfail failed"
+echo "gpu_check: $(( ran - nfail )) passed, $nfail failed"
 [ "$nfail" -eq 0 ]

@@ -78,6 +78,12 @@ struct smddp_comm {
     void *scratch[SMDDP_SCRATCH_SLOTS];
     size_t scratch_len[SMDDP_SCRATCH_SLOTS];
     struct smddp__cuda *cuda; /* CUDA IPC state, set up by the first CUDA collective */
+    /*
+     * The abort word this rank's CUDA collective kernels poll (host memory
+     * mapped into the device; cuda/ksync.h), or NULL: smddp__comm_abort sets
+     * it so that kernels waiting for peers give up. Guarded by err_lock.
+     */
+    uint32_t *cuda_abort;
     struct ncclComm *nccl;   /* NCCL communicator, created by the first collective routed to it */
     struct smddp__stage *stage_pool; /* idle pinned staging buffers, guarded by stage_lock */
     int cuda_nccl_everywhere; /* SMDDP_CUDA_NET=auto: -1 not asked yet, else whether NCCL

@@ -72,6 +72,7 @@ void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg
         comm->abort_status = status;
         atomic_store(&comm->aborted, 1);
     }
+    if (comm->cuda_abort) __atomic_store_n(comm->cuda_abort, 1u, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&comm->err_lock);
     char shared[SMDDP_ERRMSG_MAX];
     snprintf(shared, sizeof(shared), "%s", comm->abort_msg);

@@ -115,6 +115,11 @@ static const param_row_t rows[] = {
     {"SMDDP_CUDA_ONESHOT_MAX", P_SIZE, "524288",
      "CUDA allreduce: one-shot (every rank reduces every copy) up to this many bytes, two-shot "
      "(reduce-scatter + allgather) above", OFF(cuda_oneshot_max), 0, NULL},
+    {"SMDDP_CUDA_SYNC", P_ENUM, "events",
+     "CUDA allreduce, reduce-scatter and allgather inside a node: events (each step a host "
+     "barrier and interprocess CUDA events) or kernel (one launch per chunk, ranks meeting "
+     "through flags in device memory, a second SMDDP_CUDA_BUFFER_SIZE of device memory per "
+     "rank); the same on every rank", OFF(cuda_sync), 0, "events|kernel"},
     {"SMDDP_NCCL_LIBRARY", P_STRING, "",
      "NCCL library loaded at run time for the CUDA collectives smddp hands to NCCL (default: "
      "libnccl.so.2 from the loader's search path)", OFF(nccl_library), CAP(nccl_library), NULL},
@@ -156,7 +161,8 @@ static const param_row_t rows[] = {
 
 static smddp__params_t params;
 /* Enum settings are parsed into their fields as ints. */
-_Static_assert(sizeof(smddp__cuda_net_t) == sizeof(int) && sizeof(smddp__log_level_t) == sizeof(int) &&
+_Static_assert(sizeof(smddp__cuda_net_t) == sizeof(int) && sizeof(smddp__cuda_sync_t) == sizeof(int) &&
+                   sizeof(smddp__log_level_t) == sizeof(int) &&
                    sizeof(smddp__thread_sched_t) == sizeof(int),
                "enum settings are stored as int");
 /*

@@ -16,6 +16,7 @@ typedef enum smddp__allreduce_algo {
 typedef enum smddp__simd { SMDDP_SIMD_AUTO, SMDDP_SIMD_SCALAR, SMDDP_SIMD_AVX2, SMDDP_SIMD_AVX512 } smddp__simd_t;
 typedef enum smddp__comm_backend { SMDDP_BACKEND_AUTO, SMDDP_BACKEND_NCCL } smddp__comm_backend_t;
 typedef enum smddp__cuda_net { SMDDP_CUDA_NET_AUTO, SMDDP_CUDA_NET_STAGED, SMDDP_CUDA_NET_NCCL } smddp__cuda_net_t;
+typedef enum smddp__cuda_sync { SMDDP_CUDA_SYNC_EVENTS, SMDDP_CUDA_SYNC_KERNEL } smddp__cuda_sync_t;
 typedef enum smddp__net_algo { SMDDP_NET_AUTO, SMDDP_NET_FLAT, SMDDP_NET_HIER } smddp__net_algo_t;
 typedef enum smddp__ofi_mr { SMDDP_OFI_MR_AUTO, SMDDP_OFI_MR_ALWAYS } smddp__ofi_mr_t;
 typedef enum smddp__thread_sched { SMDDP_THREAD_BATCH, SMDDP_THREAD_NORMAL } smddp__thread_sched_t;
@@ -49,6 +50,7 @@ typedef struct smddp__params {
     smddp__comm_backend_t comm_backend; /* SMDDP_COMMUNICATION_BACKEND */
     int64_t cuda_buffer;        /* SMDDP_CUDA_BUFFER_SIZE bytes per rank */
     int64_t cuda_oneshot_max;   /* SMDDP_CUDA_ONESHOT_MAX bytes */
+    smddp__cuda_sync_t cuda_sync; /* SMDDP_CUDA_SYNC */
     char nccl_library[256];     /* SMDDP_NCCL_LIBRARY: "" = libnccl.so.2 */
     smddp__cuda_net_t cuda_net; /* SMDDP_CUDA_NET */
     int64_t cuda_stage_chunk;   /* SMDDP_CUDA_STAGE_CHUNK bytes */

@@ -24,6 +24,15 @@
  * Reductions run smddp__cuda_reduce over the peers' halves in rank order, so
  * every rank gets the same bits as the CPU kernels would. Messages larger
  * than a half go through in chunks. Ranks may share a device.
+ *
+ * With SMDDP_CUDA_SYNC=kernel, allreduce, reduce-scatter and allgather take
+ * another way: each rank's allocation also holds a region (ksync.h: flags,
+ * launch counters, a scratch as large as both halves) that peers map with
+ * the rest, and each chunk is one launch of ipc_kernels.cu, which copies in,
+ * meets the peers through flags in device memory and reads their scratch.
+ * The host neither waits nor meets anyone; it reads the kernels' verdict
+ * (mapped host memory) before each launch, and smddp__comm_abort tells
+ * waiting kernels to stop.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -40,6 +49,7 @@
 #if SMDDP_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "ipc_kernels.h"
 #include "kernels.h"
 
 enum { EV_READY, EV_REDUCED, EV_DONE, EV_COUNT };
@@ -54,6 +64,14 @@ struct smddp__cuda {
     size_t half;
     cuda_peer_t *peers;  /* local_size entries, this rank's at local_rank */
     uint64_t steps;      /* steps taken; a half is reused every second step */
+    /* SMDDP_CUDA_SYNC=kernel: each rank's region follows its two halves. */
+    bool ks_on;
+    size_t ks_scratch;         /* bytes of scratch in each region */
+    smddp__ks_comm_t ks;       /* what every launch gets */
+    smddp__ks_control_t *ctl;  /* this rank's control block, as the host sees it */
+    cudaEvent_t ks_done;       /* recorded after this rank's latest launch */
+    cudaStream_t ks_stream;    /* the stream of that launch */
+    bool ks_launched;
 };
 
 /* What a rank publishes at setup. */
@@ -61,6 +79,9 @@ typedef struct cuda_card {
     int32_t pid;
     int32_t pad;
     uint64_t half;
+    uint64_t ks_scratch; /* 0: SMDDP_CUDA_SYNC=events */
+    int32_t sms;
+    int32_t pad2;
     char bus_id[32];
     cudaIpcMemHandle_t mem;
     cudaIpcEventHandle_t ev[EV_COUNT][2];
@@ -106,6 +127,18 @@ static smddp_status_t buffer_device(smddp_comm_t comm, const void *p, const char
 static void free_state(smddp_comm_t comm, struct smddp__cuda *c, bool shared)
 {
     if (!c) return;
+    if (c->ks_done || c->ctl) cudaSetDevice(c->device);
+    if (c->ks_done) {
+        /* This rank's kernels may wait for peers: at most SMDDP_TIMEOUT. */
+        cudaEventSynchronize(c->ks_done);
+        cudaEventDestroy(c->ks_done);
+    }
+    if (c->ctl) {
+        pthread_mutex_lock(&comm->err_lock);
+        comm->cuda_abort = NULL;
+        pthread_mutex_unlock(&comm->err_lock);
+        cudaFreeHost(c->ctl);
+    }
     if (c->peers) {
         cudaSetDevice(c->device);
         cuda_peer_t *me = &c->peers[comm->local_rank];
@@ -140,6 +173,14 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
     c->device = device;
     c->half = (size_t)prm->cuda_buffer / 2 / 256 * 256;
     if (c->half < 4096) c->half = 4096;
+    c->ks_on = prm->cuda_sync == SMDDP_CUDA_SYNC_KERNEL;
+    if (c->ks_on && comm->local_size > SMDDP_KS_MAX_RANKS) {
+        SMDDP_INFO("rank %d: SMDDP_CUDA_SYNC=kernel serves at most %d ranks on a node, not %d; "
+                   "CUDA collectives synchronise through events",
+                   comm->rank, SMDDP_KS_MAX_RANKS, comm->local_size);
+        c->ks_on = false;
+    }
+    c->ks_scratch = c->ks_on ? 2 * c->half : 0;
     c->peers = calloc((size_t)comm->local_size, sizeof(cuda_peer_t));
     if (!c->peers) {
         free(c);
@@ -153,12 +194,14 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
     memset(&card, 0, sizeof(card));
     card.pid = (int32_t)getpid();
     card.half = c->half;
-    cudaError_t e = cudaMalloc((void **)&me->buf, 2 * c->half);
+    card.ks_scratch = c->ks_scratch;
+    size_t alloc = 2 * c->half + (c->ks_on ? SMDDP_KS_SCRATCH_OFFSET + c->ks_scratch : 0);
+    cudaError_t e = cudaMalloc((void **)&me->buf, alloc);
     if (e != cudaSuccess) {
         st = smddp__error(SMDDP_ERR_NO_MEMORY,
                           "rank %d: cudaMalloc of the %zu-byte CUDA staging buffer failed: %s; "
                           "set SMDDP_CUDA_BUFFER_SIZE lower",
-                          comm->rank, 2 * c->half, cudaGetErrorString(e));
+                          comm->rank, alloc, cudaGetErrorString(e));
         goto fail;
     }
 #define SETUP_TRY(call)                                                       \
@@ -170,6 +213,17 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
         }                                                                     \
     } while (0)
     SETUP_TRY(cudaDeviceGetPCIBusId(card.bus_id, (int)sizeof(card.bus_id), device));
+    if (c->ks_on) {
+        /* Flags and launch counters start at zero before any peer can see them. */
+        SETUP_TRY(cudaMemset(me->buf + 2 * c->half, 0, SMDDP_KS_SCRATCH_OFFSET));
+        SETUP_TRY(cudaDeviceSynchronize());
+        SETUP_TRY(cudaHostAlloc((void **)&c->ctl, sizeof(*c->ctl), cudaHostAllocMapped));
+        memset(c->ctl, 0, sizeof(*c->ctl));
+        SETUP_TRY(cudaHostGetDevicePointer((void **)&c->ks.control, c->ctl, 0));
+        SETUP_TRY(cudaEventCreateWithFlags(&c->ks_done, cudaEventDisableTiming));
+        SETUP_TRY(cudaDeviceGetAttribute(&card.sms, cudaDevAttrMultiProcessorCount, device));
+        c->ks.max_blocks = card.sms;
+    }
     SETUP_TRY(cudaIpcGetMemHandle(&card.mem, me->buf));
     for (int k = 0; k < EV_COUNT; k++)
         for (int h = 0; h < 2; h++) {
@@ -199,6 +253,15 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
         }
         memcpy(&theirs, v, sizeof(theirs));
         free(v);
+        if (theirs.ks_scratch != c->ks_scratch) {
+            st = smddp__error(SMDDP_ERR_MISMATCH,
+                              "rank %d: SMDDP_CUDA_SYNC differs between ranks (%s here, %s on "
+                              "rank %d); set it the same everywhere",
+                              comm->rank, c->ks_on ? "kernel" : "events",
+                              theirs.ks_scratch ? "kernel" : "events", comm->local_ranks[q]);
+            goto fail;
+        }
+        if (c->ks_on && theirs.sms < c->ks.max_blocks) c->ks.max_blocks = theirs.sms;
         if (theirs.half != c->half) {
             st = smddp__error(SMDDP_ERR_MISMATCH,
                               "rank %d: SMDDP_CUDA_BUFFER_SIZE differs between ranks (%zu-byte "
@@ -236,12 +299,26 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
                 SETUP_TRY(cudaIpcOpenEventHandle(&p->ev[k][h], theirs.ev[k][h]));
     }
 #undef SETUP_TRY
+    if (c->ks_on) {
+        for (int q = 0; q < comm->local_size; q++)
+            c->ks.region[q] = (smddp__ks_region_t *)(c->peers[q].buf + 2 * c->half);
+        c->ks.rank = comm->local_rank;
+        c->ks.nranks = comm->local_size;
+    }
     /* Nobody unmaps or reuses anything until every peer has mapped it all. */
     SMDDP_CHECK_GOTO(smddp__shm_sync(comm, op), st, fail);
+    if (c->ctl) {
+        pthread_mutex_lock(&comm->err_lock);
+        comm->cuda_abort = &c->ctl->abort;
+        if (atomic_load(&comm->aborted)) c->ctl->abort = 1;
+        pthread_mutex_unlock(&comm->err_lock);
+    }
     comm->cuda = c;
     SMDDP_INFO("rank %d: CUDA collectives on GPU %s (device %d), %zu-byte staging halves shared "
-               "with %d local rank(s) through CUDA IPC",
-               comm->rank, card.bus_id, device, c->half, comm->local_size);
+               "with %d local rank(s) through CUDA IPC%s",
+               comm->rank, card.bus_id, device, c->half, comm->local_size,
+               c->ks_on ? "; allreduce, reduce-scatter and allgather synchronise in the kernels"
+                        : "");
     return SMDDP_OK;
 fail:
     /* Handles may have been published: keep what peers could have mapped. */
@@ -433,6 +510,94 @@ static smddp_status_t blockwise(step_t *s, int src_root, bool reduce)
     return SMDDP_OK;
 }
 
+/* ---- SMDDP_CUDA_SYNC=kernel ------------------------------------------------ */
+
+/* The kernels' verdict on this rank's earlier launches. */
+static smddp_status_t ks_check(smddp_comm_t comm, const struct smddp__cuda *c)
+{
+    const volatile smddp__ks_control_t *ctl = c->ctl;
+    uint32_t why = ctl->failed;
+    if (why == SMDDP_KS_OK) return SMDDP_OK;
+    int q = (int)ctl->peer;
+    return smddp__error(why == SMDDP_KS_TIMEOUT ? SMDDP_ERR_TIMEOUT : SMDDP_ERR_ABORTED,
+                        "rank %d: a CUDA collective kernel stopped waiting for rank %d (barrier "
+                        "%u of that block's launch %u, block %u): %s; that collective's output "
+                        "is not valid",
+                        comm->rank, q >= 0 && q < comm->local_size ? comm->local_ranks[q] : -1,
+                        ctl->stage, ctl->epoch, ctl->block,
+                        why == SMDDP_KS_TIMEOUT
+                            ? "it did not arrive within SMDDP_TIMEOUT (did it die, or issue "
+                              "another collective?)"
+                            : "the communicator was aborted");
+}
+
+/* One launch of job on the op's stream. */
+static smddp_status_t ks_run(step_t *s, const smddp__ks_job_t *job)
+{
+    struct smddp__cuda *c = s->c;
+    SMDDP_CHECK(ks_check(s->comm, c));
+    int64_t ms = smddp__op_timeout_ms(s->comm, s->op);
+    c->ks.timeout_ns = ms > 0 ? (uint64_t)ms * 1000000u : UINT64_MAX;
+    smddp__reduce_spec_t spec = s->op->spec;
+    spec.avg_div = spec.op == SMDDP_AVG ? s->comm->size : 0;
+    /*
+     * Launches on another stream could run beside the last one, which shares
+     * the launch counters and the scratch: they wait for it. (Inside a CUDA
+     * graph capture, that wait is refused unless the last launch was captured
+     * too.)
+     */
+    if (c->ks_launched && s->stream != c->ks_stream) {
+        cudaError_t w = cudaStreamWaitEvent(s->stream, c->ks_done, 0);
+        if (w != cudaSuccess)
+            return smddp__error(SMDDP_ERR_SYSTEM,
+                                "rank %d: ordering this CUDA %s after the previous one, on another "
+                                "stream, failed: %s; under CUDA graph capture, issue a "
+                                "communicator's collectives on one stream",
+                                s->comm->rank, smddp__op_kind_name(s->op->kind),
+                                cudaGetErrorString(w));
+    }
+    int e = smddp__ks_launch(&c->ks, job, &spec, s->stream);
+    if (e != 0) return cuda_error(s->comm, "the collective kernel's launch", (cudaError_t)e);
+    CUDA_TRY(s->comm, cudaEventRecord(c->ks_done, s->stream));
+    c->ks_stream = s->stream;
+    c->ks_launched = true;
+    return SMDDP_OK;
+}
+
+/*
+ * Runs kind over bytes per rank in chunks that fit the scratch (rows of the
+ * input, or of the output, pitch apart): chunk k of every row in launch k.
+ */
+static smddp_status_t ks_chunks(step_t *s, smddp__ks_kind_t kind, size_t bytes, size_t pitch)
+{
+    smddp__op_t *op = s->op;
+    size_t room = s->c->ks_scratch;
+    if (kind == SMDDP_KS_REDUCE_SCATTER) room /= (size_t)s->comm->local_size;
+    size_t chunk = room / SMDDP_KS_VEC * SMDDP_KS_VEC;
+    for (size_t off = 0; off < bytes; off += chunk) {
+        smddp__ks_job_t job = {kind, (const char *)op->sendbuf + off, (char *)op->recvbuf + off,
+                               SMDDP_MIN(chunk, bytes - off), pitch};
+        SMDDP_CHECK(ks_run(s, &job));
+    }
+    return SMDDP_OK;
+}
+
+static smddp_status_t ks_allreduce(step_t *s)
+{
+    size_t bytes = s->op->count * smddp__dtype_size(s->op->dtype);
+    bool oneshot = bytes <= (size_t)smddp__params()->cuda_oneshot_max || s->comm->local_size == 1;
+    s->op->algo = oneshot ? "kernel one-shot" : "kernel two-shot";
+    return ks_chunks(s, oneshot ? SMDDP_KS_ALLREDUCE_ONESHOT : SMDDP_KS_ALLREDUCE_TWOSHOT, bytes,
+                     0);
+}
+
+static smddp_status_t ks_blocks(step_t *s, smddp__ks_kind_t kind)
+{
+    size_t block = s->op->count * smddp__dtype_size(s->op->dtype);
+    s->op->algo = "kernel";
+    return ks_chunks(s, kind, block, block);
+}
+
 static smddp_status_t broadcast(step_t *s, int root)
 {
     smddp__op_t *op = s->op;
@@ -505,12 +670,13 @@ static int local_root(smddp_comm_t comm, const smddp__op_t *op)
         step_t s = step_of(comm, op);                                      \
         return body;                                                       \
     }
-CUDA_ALGO(allreduce, allreduce(&s, -1))
+CUDA_ALGO(allreduce, s.c->ks_on ? ks_allreduce(&s) : allreduce(&s, -1))
 CUDA_ALGO(reduce, allreduce(&s, local_root(comm, op)))
 CUDA_ALGO(broadcast, broadcast(&s, local_root(comm, op)))
-CUDA_ALGO(allgather, gather(&s, -1))
+CUDA_ALGO(allgather, s.c->ks_on ? ks_blocks(&s, SMDDP_KS_ALLGATHER) : gather(&s, -1))
 CUDA_ALGO(gather, gather(&s, local_root(comm, op)))
-CUDA_ALGO(reduce_scatter, blockwise(&s, -1, true))
+CUDA_ALGO(reduce_scatter,
+          s.c->ks_on ? ks_blocks(&s, SMDDP_KS_REDUCE_SCATTER) : blockwise(&s, -1, true))
 CUDA_ALGO(alltoall, blockwise(&s, -1, false))
 CUDA_ALGO(scatter, blockwise(&s, local_root(comm, op), false))
 #undef CUDA_ALGO

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -428,6 +429,202 @@ static void run_colls(smddp_comm_t comm, int rank, int size, void *arg)
     CU(cudaStreamDestroy(stream));
 }
 
+/* ---- SMDDP_CUDA_SYNC=kernel ------------------------------------------------ */
+
+/* One allreduce, reduce_scatter and allgather of n elements, checked; shift: one element off alignment. */
+static void ks_case(smddp_comm_t comm, int rank, int size, cudaStream_t stream, smddp_dtype_t dt,
+                    smddp_op_t op, size_t n, int shift, uint64_t seed)
+{
+    size_t es = smddp_dtype_size(dt), bytes = n * es, off = shift ? es : 0;
+    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+    attr.mem_type = SMDDP_MEM_CUDA;
+    attr.stream = stream;
+    attr.premul_factor = 0.5;
+    char **host = malloc((size_t)size * sizeof(char *));
+    const void **hp = malloc((size_t)size * sizeof(void *)), **blk = malloc((size_t)size * sizeof(void *));
+    for (int r = 0; r < size; r++) {
+        host[r] = malloc(bytes * (size_t)size + 1);
+        fill(dt, host[r], n * (size_t)size, r, seed, true);
+        hp[r] = host[r];
+        blk[r] = host[r] + (size_t)rank * bytes;
+    }
+    char *want = malloc(bytes * (size_t)size + 1);
+    char *in = dalloc(bytes * (size_t)size + 16), *out = dalloc(bytes * (size_t)size + 16);
+    smddp__reduce_spec_t spec = {dt, op, 0.5, op == SMDDP_AVG ? size : 0};
+    char what[160];
+
+    static const char *const names[] = {"allreduce", "reduce_scatter", "allgather"};
+    for (int k = 0; k < 3; k++) {
+        size_t in_bytes = k == 1 ? bytes * (size_t)size : bytes;
+        size_t out_bytes = k == 2 ? bytes * (size_t)size : bytes;
+        CU(cudaMemcpy(in + off, host[rank], in_bytes, cudaMemcpyHostToDevice));
+        smddp_status_t st =
+            k == 0 ? smddp_allreduce(comm, in + off, out + off, (int64_t)n, dt, op, &attr, NULL)
+            : k == 1 ? smddp_reduce_scatter(comm, in + off, out + off, (int64_t)n, dt, op, &attr, NULL)
+                     : smddp_allgather(comm, in + off, out + off, (int64_t)n, dt, &attr, NULL);
+        H_CHECK(st == SMDDP_OK, "kernel %s: %s", names[k], smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        if (k == 2)
+            for (int r = 0; r < size; r++) memcpy(want + (size_t)r * bytes, host[r], bytes);
+        else
+            smddp__reduce(&spec, want, k == 0 ? hp : blk, size, n);
+        snprintf(what, sizeof(what), "kernel %s %zu x %s %s%s", names[k], n, smddp_dtype_name(dt),
+                 k == 2 ? "" : smddp_op_name(op), shift ? " (unaligned)" : "");
+        expect_same(want, out + off, out_bytes, what, rank);
+    }
+
+    CU(cudaFree(in));
+    CU(cudaFree(out));
+    for (int r = 0; r < size; r++) free(host[r]);
+    free(host);
+    free(hp);
+    free(blk);
+    free(want);
+}
+
+/*
+ * Every dtype x op at 0, 1, 17 and 4097 elements (one-shot up to 1 KiB,
+ * two-shot above: SMDDP_CUDA_ONESHOT_MAX=1024), aligned and not; float32
+ * sum and bfloat16 avg at 1,000,003 elements (chunks of the 1 MiB scratch);
+ * then an allreduce captured in a CUDA graph and replayed on new inputs.
+ */
+static void run_ks_sweep(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    CU(cudaSetDevice(0));
+    cudaStream_t stream;
+    CU(cudaStreamCreate(&stream));
+    const size_t counts[] = {0, 1, 17, 4097};
+    int cases = 0;
+    for (int dt = 0; dt < SMDDP_DTYPE_COUNT; dt++)
+        for (size_t oi = 0; oi < sizeof(all_ops) / sizeof(all_ops[0]); oi++) {
+            if (!smddp__reduce_valid((smddp_dtype_t)dt, all_ops[oi])) continue;
+            for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++, cases++)
+                ks_case(comm, rank, size, stream, (smddp_dtype_t)dt, all_ops[oi], counts[ci],
+                        (int)(ci & 1), (uint64_t)cases);
+        }
+    ks_case(comm, rank, size, stream, SMDDP_FLOAT32, SMDDP_SUM, 1000003, 0, 1);
+    ks_case(comm, rank, size, stream, SMDDP_BFLOAT16, SMDDP_AVG, 1000003, 1, 2);
+
+    /* Captured once, replayed five times: the launch counters live on the GPU. */
+    {
+        size_t n = 100000;
+        float *in = dalloc(n * 4), *out = dalloc(n * 4), *h = malloc(n * 4), *want = malloc(n * 4);
+        smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+        attr.mem_type = SMDDP_MEM_CUDA;
+        attr.stream = stream;
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        smddp_request_t req;
+        CU(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+        H_CHECK(smddp_allreduce(comm, in, out, (int64_t)n, SMDDP_FLOAT32, SMDDP_SUM, &attr, &req) ==
+                    SMDDP_OK, "allreduce under capture: %s", smddp_get_last_error(comm));
+        H_CHECK(smddp_wait(req, SMDDP_WAIT_DEFAULT) == SMDDP_OK, "allreduce under capture: %s",
+                smddp_get_last_error(comm));
+        smddp_request_free(req);
+        CU(cudaStreamEndCapture(stream, &graph));
+        CU(cudaGraphInstantiate(&exec, graph, 0));
+        for (int k = 0; k < 5; k++) {
+            for (size_t i = 0; i < n; i++) h[i] = (float)((rank + 1) * (k + 1)) + (float)(i % 7);
+            CU(cudaMemcpy(in, h, n * 4, cudaMemcpyHostToDevice));
+            CU(cudaGraphLaunch(exec, stream));
+            CU(cudaStreamSynchronize(stream));
+            for (size_t i = 0; i < n; i++) {
+                float v = 0;
+                for (int r = 0; r < size; r++) v += (float)((r + 1) * (k + 1)) + (float)(i % 7);
+                want[i] = v;
+            }
+            char what[64];
+            snprintf(what, sizeof(what), "graph replay %d of a kernel allreduce", k);
+            expect_same(want, out, n * 4, what, rank);
+        }
+        CU(cudaGraphExecDestroy(exec));
+        CU(cudaGraphDestroy(graph));
+        CU(cudaFree(in));
+        CU(cudaFree(out));
+        free(h);
+        free(want);
+    }
+    CU(cudaStreamDestroy(stream));
+}
+
+/*
+ * The last rank dies after the first allreduce. The others' next allreduce
+ * returns at once (the host does not wait); its kernel gives up after
+ * SMDDP_TIMEOUT (3 s), so the stream finishes and the GPU is free; the
+ * allreduce after it fails, naming the rank that did not come.
+ */
+static void run_ks_dead_peer(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    CU(cudaSetDevice(0));
+    cudaStream_t stream;
+    CU(cudaStreamCreate(&stream));
+    size_t n = 1 << 16;
+    float *buf = dalloc(n * 4);
+    CU(cudaMemset(buf, 0, n * 4));
+    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+    attr.mem_type = SMDDP_MEM_CUDA;
+    attr.stream = stream;
+    H_CHECK(smddp_allreduce(comm, buf, buf, (int64_t)n, SMDDP_FLOAT32, SMDDP_SUM, &attr, NULL) ==
+                SMDDP_OK, "first allreduce: %s", smddp_get_last_error(comm));
+    CU(cudaStreamSynchronize(stream));
+    if (rank == size - 1) _exit(0);
+    usleep(500 * 1000);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    H_CHECK(smddp_allreduce(comm, buf, buf, (int64_t)n, SMDDP_FLOAT32, SMDDP_SUM, &attr, NULL) ==
+                SMDDP_OK, "second allreduce (the launch): %s", smddp_get_last_error(comm));
+    CU(cudaStreamSynchronize(stream));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    H_CHECK(s >= 2.9 && s < 15.0, "rank %d: the kernel waiting for a dead rank ended after %.2f s "
+            "(SMDDP_TIMEOUT is 3 s)", rank, s);
+    smddp_status_t st = smddp_allreduce(comm, buf, buf, (int64_t)n, SMDDP_FLOAT32, SMDDP_SUM, &attr, NULL);
+    char dead[32];
+    snprintf(dead, sizeof(dead), "waiting for rank %d", size - 1);
+    H_CHECK(st == SMDDP_ERR_TIMEOUT && strstr(smddp_get_last_error(comm), dead),
+            "rank %d: allreduce after the kernel gave up: status %d, %s", rank, (int)st,
+            smddp_get_last_error(comm));
+    /* The GPU is not hung: ordinary work still runs. */
+    CU(cudaMemsetAsync(buf, 0, n * 4, stream));
+    CU(cudaStreamSynchronize(stream));
+    _exit(0); /* destroy would wait for the dead rank's shared-memory goodbye */
+}
+
+/* smddp_comm_abort on rank 0 while its kernel waits for rank 1 (which never calls): it stops at once. */
+static void run_ks_abort(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    CU(cudaSetDevice(0));
+    cudaStream_t stream;
+    CU(cudaStreamCreate(&stream));
+    size_t n = 1 << 10;
+    float *buf = dalloc(n * 4);
+    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+    attr.mem_type = SMDDP_MEM_CUDA;
+    attr.stream = stream;
+    H_CHECK(smddp_allreduce(comm, buf, buf, (int64_t)n, SMDDP_FLOAT32, SMDDP_SUM, &attr, NULL) ==
+                SMDDP_OK, "first allreduce: %s", smddp_get_last_error(comm));
+    CU(cudaStreamSynchronize(stream));
+    if (rank != 0) {
+        sleep(3);
+        _exit(0);
+    }
+    H_CHECK(smddp_allreduce(comm, buf, buf, (int64_t)n, SMDDP_FLOAT32, SMDDP_SUM, &attr, NULL) ==
+                SMDDP_OK, "second allreduce (the launch): %s", smddp_get_last_error(comm));
+    usleep(300 * 1000);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    smddp_comm_abort(comm);
+    CU(cudaStreamSynchronize(stream));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    H_CHECK(s < 2.0, "rank 0: the kernel went on %.2f s after smddp_comm_abort (SMDDP_TIMEOUT 60 s)", s);
+    _exit(0);
+}
+
 int main(void)
 {
     int st = gpu_in_child(gpu_probe, NULL);
@@ -460,6 +657,36 @@ int main(void)
 #else
     printf("SKIP: CUDA collectives across nodes: this libsmddp has no libfabric\n");
 #endif
+    /* The same collectives with the kernels synchronising on the GPU. */
+    for (int n = 2; n <= 4; n += 2) {
+        harness_opts_t opts = {0};
+        opts.env = "SMDDP_CUDA_BUFFER_SIZE=1048576 SMDDP_CUDA_SYNC=kernel";
+        opts.timeout_s = 240;
+        int bad = harness_run(n, run_colls, NULL, &opts);
+        printf("%s: CUDA collectives on %d ranks sharing GPU 0, SMDDP_CUDA_SYNC=kernel\n",
+               bad ? "FAIL" : "PASS", n);
+        failures += bad != 0;
+        opts.env = "SMDDP_CUDA_BUFFER_SIZE=1048576 SMDDP_CUDA_SYNC=kernel SMDDP_CUDA_ONESHOT_MAX=1024";
+        opts.timeout_s = 400;
+        bad = harness_run(n, run_ks_sweep, NULL, &opts);
+        printf("%s: kernel allreduce/reduce_scatter/allgather, every dtype x op at 0, 1, 17, 4097 "
+               "and 1000003 elements, and under graph capture, on %d ranks\n",
+               bad ? "FAIL" : "PASS", n);
+        failures += bad != 0;
+    }
+    {
+        harness_opts_t opts = {0};
+        opts.env = "SMDDP_CUDA_SYNC=kernel SMDDP_TIMEOUT=3";
+        opts.timeout_s = 60;
+        int bad = harness_run(3, run_ks_dead_peer, NULL, &opts);
+        printf("%s: a rank dies while the others' kernels wait for it: they give up after "
+               "SMDDP_TIMEOUT\n", bad ? "FAIL" : "PASS");
+        failures += bad != 0;
+        opts.env = "SMDDP_CUDA_SYNC=kernel SMDDP_TIMEOUT=60";
+        bad = harness_run(2, run_ks_abort, NULL, &opts);
+        printf("%s: smddp_comm_abort stops a kernel that waits for a peer\n", bad ? "FAIL" : "PASS");
+        failures += bad != 0;
+    }
     st = gpu_in_child(kernels, NULL);
     printf("%s: CUDA kernels bit for bit against the CPU kernels\n", st ? "FAIL" : "PASS");
     failures += st != 0;

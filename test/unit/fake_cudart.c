@@ -9,8 +9,8 @@
  * (smddp__cuda_wait_flag), which really waits. So the ordering a stream
  * promises, and every wait between the host and "the GPU", behave as on a
  * GPU, and a missed release of a flag hangs the stream as it would there.
- * Only what libsmddp and its tests call is here; IPC and the reduction
- * kernels answer cudaErrorNotSupported.
+ * Only what libsmddp and its tests call is here; IPC and the reduction and
+ * collective kernels answer cudaErrorNotSupported.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,6 +24,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/ipc_kernels.h"
 #include "cuda/kernels.h"
 
 enum { OP_COPY, OP_COPY2D, OP_MARK, OP_WAIT_FLAG, OP_WAIT_EVENT };
@@ -378,6 +379,15 @@ cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
     return cudaSuccess;
 }
 
+/* One "multiprocessor"; no other attribute is known here. */
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
+{
+    (void)device;
+    if (attr != cudaDevAttrMultiProcessorCount) return cudaErrorNotSupported;
+    *value = 1;
+    return cudaSuccess;
+}
+
 cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusId)
 {
     (void)pciBusId;
@@ -436,6 +446,16 @@ int smddp__cuda_reduce(const smddp__reduce_spec_t *spec, void *dst, const void *
     (void)srcs;
     (void)nsrc;
     (void)count;
+    (void)stream;
+    return (int)cudaErrorNotSupported;
+}
+
+int smddp__ks_launch(const smddp__ks_comm_t *c, const smddp__ks_job_t *job,
+                     const smddp__reduce_spec_t *spec, void *stream)
+{
+    (void)c;
+    (void)job;
+    (void)spec;
     (void)stream;
     return (int)cudaErrorNotSupported;
 }

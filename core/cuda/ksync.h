@@ -1,0 +1,297 @@
+/*
+ * How the CUDA collective kernels (ipc_kernels.cu) synchronise among the
+ * ranks of a node without the host, written once for the GPU and for a CPU
+ * model of it (test/unit/test_ksync.c, where "blocks" are threads and
+ * "device memory" is host memory).
+ *
+ * Each local rank owns a region of device memory that every peer maps
+ * through CUDA IPC: flags written by peers, a launch counter per block, and
+ * a scratch area the rank copies its input into. A launch is a grid of
+ * blocks; block b of every rank pairs with block b of every other rank:
+ *
+ *   e = ++epoch[b]                          (the launch's number for b)
+ *   copy this rank's input into its scratch, vectors owned by b
+ *   barrier(stage 0, e)                     every peer's block b copied in
+ *   read peers' scratch, vectors owned by b (two-shot: reduce this rank's
+ *     piece in place, barrier(stage 1, e), read peers' reduced pieces)
+ *   barrier(last stage, e)                  every peer's block b done reading
+ *
+ * A barrier: each block writes e into flag[stage][b][me] of every rank's
+ * region (release, system scope), then waits until its own
+ * flag[stage][b][q] has reached e for every q (acquire). Every rank runs
+ * the same launches with the same grids, so epoch[b] agrees across ranks and
+ * only grows; flags are never reset, and comparisons survive wrap-around.
+ *
+ * The vectors block b owns are those of a grid-stride loop (16-byte vector
+ * i belongs to block (i / lanes) % blocks), the same on every rank and in
+ * every phase of a launch, so block b's barrier covers everything block b
+ * reads. The last barrier lets the next launch overwrite the scratch: a
+ * rank's kernel ends only once every peer has finished reading from it.
+ *
+ * Waits are bounded: every SMDDP_KS_CHECK_EVERY polls a wait reads the
+ * host's abort word and the clock, and gives up on abort or after
+ * timeout_ns, making the rank's other blocks give up too (given_up) and
+ * recording why in the control block (host memory mapped into the device).
+ * The host reads that record before its next launch and fails the
+ * communicator.
+ */
+#ifndef SMDDP_CORE_CUDA_KSYNC_H
+#define SMDDP_CORE_CUDA_KSYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SMDDP_KS_MAX_RANKS 16
+#define SMDDP_KS_MAX_BLOCKS 1024
+#define SMDDP_KS_STAGES 3
+#define SMDDP_KS_VEC 16 /* bytes per vector, the unit of ownership */
+#define SMDDP_KS_CHECK_EVERY 256
+
+/* Why a kernel gave up (smddp__ks_control_t::failed). */
+enum { SMDDP_KS_OK = 0, SMDDP_KS_TIMEOUT = 1, SMDDP_KS_ABORTED = 2 };
+
+/* The head of a rank's region; the scratch follows at SMDDP_KS_SCRATCH_OFFSET. */
+typedef struct smddp__ks_region {
+    uint32_t flag[SMDDP_KS_STAGES][SMDDP_KS_MAX_BLOCKS][SMDDP_KS_MAX_RANKS]; /* written by peers */
+    uint32_t epoch[SMDDP_KS_MAX_BLOCKS]; /* this rank's own: launches block b has begun */
+    uint32_t given_up; /* this rank's own: the first of its blocks to give up claims it */
+} smddp__ks_region_t;
+
+#define SMDDP_KS_SCRATCH_OFFSET ((sizeof(smddp__ks_region_t) + 255) / 256 * 256)
+
+/*
+ * Per rank, in host memory the device sees: the host's abort, the kernels'
+ * verdict. Only plain loads and stores cross: atomics on mapped host memory
+ * are not atomic over PCIe, so blocks race for given_up in device memory.
+ */
+typedef struct smddp__ks_control {
+    uint32_t abort;  /* nonzero: stop waiting (the communicator was aborted) */
+    uint32_t failed; /* SMDDP_KS_*, written last by the block that gave up first */
+    uint32_t stage, block, peer, epoch; /* where that block was waiting */
+} smddp__ks_control_t;
+
+/* What every launch of a communicator shares (passed by value to kernels). */
+typedef struct smddp__ks_comm {
+    smddp__ks_region_t *region[SMDDP_KS_MAX_RANKS]; /* every local rank's, as this rank maps it */
+    smddp__ks_control_t *control;                   /* this rank's */
+    uint64_t timeout_ns;
+    int32_t rank, nranks; /* local */
+    int32_t max_blocks;   /* a launch's most blocks: no more than every rank's GPU runs at once */
+    int32_t pad;
+} smddp__ks_comm_t;
+
+typedef enum smddp__ks_kind {
+    SMDDP_KS_ALLREDUCE_ONESHOT, /* every rank reduces every rank's copy */
+    SMDDP_KS_ALLREDUCE_TWOSHOT, /* each reduces its piece, then every rank gathers the pieces */
+    SMDDP_KS_REDUCE_SCATTER,    /* row q of every rank's input, reduced, to rank q */
+    SMDDP_KS_ALLGATHER,         /* every rank's input to row q of every output */
+} smddp__ks_kind_t;
+
+/*
+ * One launch: bytes of this rank's input (per row for a reduce-scatter) at
+ * in; rows pitch bytes apart (the reduce-scatter's input rows, the
+ * allgather's output rows). The scratch must hold the launch's copy-in:
+ * bytes rounded up to 16, times nranks for a reduce-scatter.
+ */
+typedef struct smddp__ks_job {
+    smddp__ks_kind_t kind;
+    const void *in;
+    void *out;
+    size_t bytes;
+    size_t pitch;
+} smddp__ks_job_t;
+
+/* Bytes of scratch job needs: its bytes rounded up to a vector, per row. */
+static inline size_t smddp__ks_scratch_need(const smddp__ks_job_t *job, int nranks)
+{
+    size_t row = (job->bytes + SMDDP_KS_VEC - 1) / SMDDP_KS_VEC * SMDDP_KS_VEC;
+    return job->kind == SMDDP_KS_REDUCE_SCATTER ? row * (size_t)nranks : row;
+}
+
+/* ---- the primitives, for the GPU and for the CPU model --------------------- */
+
+#ifdef __CUDACC__
+#define SMDDP_KS_FN static __device__ __forceinline__
+#define SMDDP_KS_HD static __host__ __device__ __forceinline__
+
+SMDDP_KS_FN uint32_t smddp__ks_load_acquire(const uint32_t *p)
+{
+    uint32_t v;
+#if __CUDA_ARCH__ >= 700
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#else
+    v = *(const volatile uint32_t *)p;
+    __threadfence_system();
+#endif
+    return v;
+}
+
+SMDDP_KS_FN void smddp__ks_store_release(uint32_t *p, uint32_t v)
+{
+#if __CUDA_ARCH__ >= 700
+    __threadfence_system();
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+    __threadfence_system();
+    *(volatile uint32_t *)p = v;
+#endif
+}
+
+SMDDP_KS_FN uint32_t smddp__ks_load_relaxed(const uint32_t *p)
+{
+    return *(const volatile uint32_t *)p;
+}
+
+SMDDP_KS_FN bool smddp__ks_claim(uint32_t *p, uint32_t v)
+{
+    return atomicCAS((unsigned int *)p, 0u, v) == 0u;
+}
+
+SMDDP_KS_FN uint64_t smddp__ks_now_ns(void)
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+SMDDP_KS_FN void smddp__ks_pause(void)
+{
+#if __CUDA_ARCH__ >= 700
+    __nanosleep(64);
+#endif
+}
+#else /* the CPU model */
+#include <sched.h>
+#include <stdbool.h>
+#include <time.h>
+#define SMDDP_KS_FN static inline
+#define SMDDP_KS_HD static inline
+
+SMDDP_KS_FN uint32_t smddp__ks_load_acquire(const uint32_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+SMDDP_KS_FN void smddp__ks_store_release(uint32_t *p, uint32_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+SMDDP_KS_FN uint32_t smddp__ks_load_relaxed(const uint32_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+SMDDP_KS_FN bool smddp__ks_claim(uint32_t *p, uint32_t v)
+{
+    uint32_t zero = 0;
+    return __atomic_compare_exchange_n(p, &zero, v, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
+SMDDP_KS_FN uint64_t smddp__ks_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The model's "blocks" are threads, more of them than CPUs: let the others run. */
+SMDDP_KS_FN void smddp__ks_pause(void)
+{
+    sched_yield();
+}
+#endif
+
+/* ---- the protocol ---------------------------------------------------------- */
+
+/* The scratch of local rank q, as this rank maps it. */
+SMDDP_KS_FN char *smddp__ks_scratch(const smddp__ks_comm_t *c, int q)
+{
+    return (char *)c->region[q] + SMDDP_KS_SCRATCH_OFFSET;
+}
+
+/* Block b's number for the launch it begins (one caller per block). */
+SMDDP_KS_FN uint32_t smddp__ks_begin(const smddp__ks_comm_t *c, int b)
+{
+    uint32_t *ep = &c->region[c->rank]->epoch[b];
+    uint32_t e = *ep + 1;
+    *ep = e;
+    return e;
+}
+
+/* Records the first failure of this rank's kernels for the host; returns code. */
+SMDDP_KS_FN uint32_t smddp__ks_fail(const smddp__ks_comm_t *c, uint32_t code, int stage, int b,
+                                    int q, uint32_t e)
+{
+    smddp__ks_control_t *ctl = c->control;
+    if (smddp__ks_claim(&c->region[c->rank]->given_up, code)) {
+        ctl->stage = (uint32_t)stage;
+        ctl->block = (uint32_t)b;
+        ctl->peer = (uint32_t)q;
+        ctl->epoch = e;
+        smddp__ks_store_release(&ctl->failed, code);
+    }
+    return code;
+}
+
+/*
+ * One lane's part of block b's barrier at stage for launch e: lane signals
+ * ranks lane, lane + lanes, ... and then waits for the same ranks. The
+ * caller synchronises its block's lanes before (so the block's writes
+ * precede every signal) and after (so no lane reads before every wait has
+ * ended). Returns SMDDP_KS_OK, or why it gave up.
+ */
+SMDDP_KS_FN uint32_t smddp__ks_arrive_wait(const smddp__ks_comm_t *c, int stage, int b, uint32_t e,
+                                           int lane, int lanes)
+{
+    for (int q = lane; q < c->nranks; q += lanes)
+        smddp__ks_store_release(&c->region[q]->flag[stage][b][c->rank], e);
+    for (int q = lane; q < c->nranks; q += lanes) {
+        const uint32_t *f = &c->region[c->rank]->flag[stage][b][q];
+        uint64_t start = 0;
+        uint32_t polls = 0;
+        while ((int32_t)(smddp__ks_load_acquire(f) - e) < 0) {
+            if (++polls % SMDDP_KS_CHECK_EVERY) continue;
+            if (smddp__ks_load_relaxed(&c->region[c->rank]->given_up)) return SMDDP_KS_ABORTED;
+            if (smddp__ks_load_relaxed(&c->control->abort))
+                return smddp__ks_fail(c, SMDDP_KS_ABORTED, stage, b, q, e);
+            uint64_t now = smddp__ks_now_ns();
+            if (!start)
+                start = now;
+            else if (now - start > c->timeout_ns)
+                return smddp__ks_fail(c, SMDDP_KS_TIMEOUT, stage, b, q, e);
+            smddp__ks_pause();
+        }
+    }
+    return SMDDP_KS_OK;
+}
+
+/* ---- the plan: which vectors, in which piece --------------------------------- */
+
+SMDDP_KS_HD size_t smddp__ks_vectors(size_t bytes)
+{
+    return (bytes + SMDDP_KS_VEC - 1) / SMDDP_KS_VEC;
+}
+
+/* Piece q of nvec vectors split among p ranks: [*lo, *hi). */
+SMDDP_KS_HD void smddp__ks_piece(size_t nvec, int p, int q, size_t *lo, size_t *hi)
+{
+    size_t per = nvec / (size_t)p, extra = nvec % (size_t)p;
+    *lo = (size_t)q * per + ((size_t)q < extra ? (size_t)q : extra);
+    *hi = *lo + per + ((size_t)q < extra ? 1 : 0);
+}
+
+/* The piece that vector i falls in (the inverse of smddp__ks_piece). */
+SMDDP_KS_HD int smddp__ks_piece_of(size_t nvec, int p, size_t i)
+{
+    size_t per = nvec / (size_t)p, extra = nvec % (size_t)p, big = extra * (per + 1);
+    return i < big ? (int)(i / (per + 1)) : (int)(extra + (i - big) / per);
+}
+
+/* The first vector >= lo of the grid-stride loop that starts at tid. */
+SMDDP_KS_HD size_t smddp__ks_first(size_t lo, size_t tid, size_t stride)
+{
+    return tid >= lo ? tid : tid + (lo - tid + stride - 1) / stride * stride;
+}
+
+#endif /* SMDDP_CORE_CUDA_KSYNC_H */
