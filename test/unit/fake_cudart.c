@@ -1,17 +1,22 @@
 /*
  * A stand-in for the CUDA runtime, on the CPU, for testing libsmddp's CUDA
- * code paths that do not need a GPU's arithmetic: host staging across nodes
- * and send/recv of "device" memory (core/cuda/stage.c).
+ * code paths where no GPU is: host staging across nodes and send/recv of
+ * "device" memory (core/cuda/stage.c), and the collectives inside a node
+ * through CUDA IPC (core/cuda/coll_cuda.c), on either synchronisation.
  *
- * "Device" memory is host memory handed out by cudaMalloc and remembered.
- * Each stream is a worker thread that runs its queue in order: copies, event
- * records, waits on events, and the kernel that waits for a host flag
- * (smddp__cuda_wait_flag), which really waits. So the ordering a stream
- * promises, and every wait between the host and "the GPU", behave as on a
- * GPU, and a missed release of a flag hangs the stream as it would there.
- * Only what libsmddp and its tests call is here; IPC and the reduction and
- * collective kernels answer cudaErrorNotSupported.
+ * "Device" memory is shared memory (a memfd per cudaMalloc) that other
+ * processes map through an IPC handle naming the owner's pid and fd
+ * (/proc/PID/fd/FD). Each stream is a worker thread that runs its queue in
+ * order: copies, event records, waits on events (interprocess ones through
+ * counters in shared memory), the kernel that waits for a host flag
+ * (smddp__cuda_wait_flag), which really waits, reductions (smddp__reduce's
+ * arithmetic) and the collective kernels (the CPU model of ks_model.c, a
+ * thread per block). So the ordering a stream promises, and every wait
+ * between the host, "the GPU" and peers, behave as on a GPU, and a missed
+ * release hangs the stream as it would there. Only what libsmddp and its
+ * tests call is here.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -19,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,11 +32,25 @@
 
 #include "cuda/ipc_kernels.h"
 #include "cuda/kernels.h"
+#include "ks_model.h"
+#include "reduce/reduce.h"
 
-enum { OP_COPY, OP_COPY2D, OP_MARK, OP_WAIT_FLAG, OP_WAIT_EVENT };
+enum { OP_COPY, OP_COPY2D, OP_MARK, OP_WAIT_FLAG, OP_WAIT_EVENT, OP_WAIT_IPC, OP_REDUCE, OP_KS };
+
+/* An interprocess event's state, in shared memory: records made, and completed. */
+typedef struct ipc_counts {
+    _Atomic uint64_t recorded, completed;
+} ipc_counts_t;
 
 typedef struct fop {
     int kind;
+    ipc_counts_t *ipc; /* OP_MARK of an interprocess event: completes `value64`; OP_WAIT_IPC: waits for it */
+    uint64_t value64;
+    smddp__reduce_spec_t spec;           /* OP_REDUCE, OP_KS */
+    const void *srcs[SMDDP_CUDA_MAX_SRCS];
+    int nsrc;
+    smddp__ks_comm_t ks;                 /* OP_KS */
+    smddp__ks_job_t job;
     void *dst;
     const void *src;
     size_t n, dpitch, spitch, rows;
@@ -55,6 +75,8 @@ struct CUstream_st {
 struct CUevent_st {
     struct CUstream_st *stream; /* where it was last recorded (NULL: never, or complete) */
     uint64_t seq;
+    ipc_counts_t *ipc;          /* interprocess: shared counters (mapped), else NULL */
+    int ipc_fd;                 /* the memfd holding them, in the process that created them */
     struct CUevent_st *next;    /* every live event (g_events), under g_lock */
 };
 
@@ -68,6 +90,7 @@ typedef struct region {
     char *p;
     size_t n;
     bool device;
+    int fd;      /* device memory: its memfd (-1: a peer's, mapped through IPC) */
 } region_t;
 static region_t g_regions[4096];
 static int g_nregions;
@@ -99,6 +122,19 @@ static void *worker(void *arg)
             break;
         case OP_WAIT_EVENT:
             while (atomic_load(&op->wait_stream->done) < op->wait_seq) nap();
+            break;
+        case OP_WAIT_IPC:
+            while (atomic_load(&op->ipc->completed) < op->value64) nap();
+            break;
+        case OP_MARK:
+            if (op->ipc) {
+                uint64_t c = atomic_load(&op->ipc->completed);
+                while (c < op->value64 && !atomic_compare_exchange_weak(&op->ipc->completed, &c, op->value64)) {}
+            }
+            break;
+        case OP_REDUCE: smddp__reduce(&op->spec, op->dst, op->srcs, op->nsrc, op->n); break;
+        case OP_KS:
+            ks_model_launch(&op->ks, &op->job, &op->spec, ks_model_grid(&op->ks, &op->job), NULL);
             break;
         default: break;
         }
@@ -159,23 +195,55 @@ static void drain(struct CUstream_st *s)
     pthread_mutex_unlock(&s->lock);
 }
 
-static void remember(void *p, size_t n, bool device)
+static void remember(void *p, size_t n, bool device, int fd)
 {
     pthread_mutex_lock(&g_lock);
     if (g_nregions < (int)(sizeof(g_regions) / sizeof(g_regions[0])))
-        g_regions[g_nregions++] = (region_t){p, n, device};
+        g_regions[g_nregions++] = (region_t){p, n, device, fd};
     pthread_mutex_unlock(&g_lock);
 }
 
-static void forget(void *p)
+/* Forgets p; returns its region (n == 0 if it was not known). */
+static region_t forget(void *p)
 {
+    region_t r = {0};
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < g_nregions; i++)
         if (g_regions[i].p == p) {
+            r = g_regions[i];
             g_regions[i] = g_regions[--g_nregions];
             break;
         }
     pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+/* n bytes of zeroed shared memory, and the memfd that holds them. */
+static void *shared_alloc(size_t n, int *fd)
+{
+    *fd = memfd_create("smddp-fake-cuda", MFD_CLOEXEC);
+    if (*fd < 0 || ftruncate(*fd, (off_t)n) != 0) abort();
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+    if (p == MAP_FAILED) abort();
+    return p;
+}
+
+/* What an IPC handle names: the owner's memfd, and its size. */
+typedef struct fake_handle {
+    int32_t pid, fd;
+    uint64_t n;
+} fake_handle_t;
+
+/* Maps the memory a handle names; NULL if its owner is gone. */
+static void *shared_open(const fake_handle_t *h)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)h->pid, (int)h->fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    void *p = mmap(NULL, (size_t)h->n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
 }
 
 /* ---- the runtime calls ------------------------------------------------------- */
@@ -189,15 +257,19 @@ const char *cudaGetErrorName(cudaError_t error) { return error ? "cudaErrorFake"
 
 cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
-    *devPtr = calloc(1, size ? size : 1);
-    remember(*devPtr, size ? size : 1, true);
+    int fd;
+    size_t n = size ? size : 1;
+    *devPtr = shared_alloc(n, &fd);
+    remember(*devPtr, n, true, fd);
     return cudaSuccess;
 }
 
 cudaError_t cudaFree(void *devPtr)
 {
-    forget(devPtr);
-    free(devPtr);
+    region_t r = forget(devPtr);
+    if (!r.n || !r.device || r.fd < 0) return cudaErrorInvalidValue;
+    munmap(r.p, r.n);
+    close(r.fd);
     return cudaSuccess;
 }
 
@@ -205,13 +277,14 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 {
     (void)flags;
     *pHost = calloc(1, size ? size : 1);
-    remember(*pHost, size ? size : 1, false);
+    remember(*pHost, size ? size : 1, false, -1);
     return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void *ptr)
 {
-    forget(ptr);
+    region_t r = forget(ptr);
+    if (!r.n || r.device) return cudaErrorInvalidValue;
     free(ptr);
     return cudaSuccess;
 }
@@ -314,14 +387,21 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count)
     return cudaSuccess;
 }
 
+static void event_link(cudaEvent_t event)
+{
+    pthread_mutex_lock(&g_lock);
+    event->next = g_events;
+    g_events = event;
+    pthread_mutex_unlock(&g_lock);
+}
+
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
-    (void)flags;
     *event = calloc(1, sizeof(struct CUevent_st));
-    pthread_mutex_lock(&g_lock);
-    (*event)->next = g_events;
-    g_events = *event;
-    pthread_mutex_unlock(&g_lock);
+    (*event)->ipc_fd = -1;
+    if (flags & cudaEventInterprocess)
+        (*event)->ipc = shared_alloc(sizeof(ipc_counts_t), &(*event)->ipc_fd);
+    event_link(*event);
     return cudaSuccess;
 }
 
@@ -334,6 +414,8 @@ cudaError_t cudaEventDestroy(cudaEvent_t event)
             break;
         }
     pthread_mutex_unlock(&g_lock);
+    if (event->ipc) munmap(event->ipc, sizeof(ipc_counts_t));
+    if (event->ipc_fd >= 0) close(event->ipc_fd);
     free(event);
     return cudaSuccess;
 }
@@ -341,7 +423,12 @@ cudaError_t cudaEventDestroy(cudaEvent_t event)
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t st)
 {
     struct CUstream_st *s = resolve(st);
-    uint64_t seq = push(s, (fop_t){.kind = OP_MARK});
+    fop_t mark = {.kind = OP_MARK};
+    if (event->ipc) {
+        mark.ipc = event->ipc;
+        mark.value64 = atomic_fetch_add(&event->ipc->recorded, 1) + 1;
+    }
+    uint64_t seq = push(s, mark);
     pthread_mutex_lock(&g_lock);
     event->seq = seq;
     event->stream = s;
@@ -351,6 +438,10 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t st)
 
 cudaError_t cudaEventQuery(cudaEvent_t event)
 {
+    if (event->ipc)
+        return atomic_load(&event->ipc->completed) >= atomic_load(&event->ipc->recorded)
+                   ? cudaSuccess
+                   : cudaErrorNotReady;
     pthread_mutex_lock(&g_lock);
     bool done = !event->stream || atomic_load(&event->stream->done) >= event->seq;
     pthread_mutex_unlock(&g_lock);
@@ -366,6 +457,12 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
 cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t event, unsigned int flags)
 {
     (void)flags;
+    if (event->ipc) {
+        /* The latest record anywhere, as of this call. */
+        push(st, (fop_t){.kind = OP_WAIT_IPC, .ipc = event->ipc,
+                         .value64 = atomic_load(&event->ipc->recorded)});
+        return cudaSuccess;
+    }
     pthread_mutex_lock(&g_lock);
     fop_t op = {.kind = OP_WAIT_EVENT, .wait_stream = event->stream, .wait_seq = event->seq};
     pthread_mutex_unlock(&g_lock);
@@ -379,12 +476,12 @@ cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
     return cudaSuccess;
 }
 
-/* One "multiprocessor"; no other attribute is known here. */
+/* Three "multiprocessors" (so the collective kernels run several blocks); nothing else is known. */
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
 {
     (void)device;
     if (attr != cudaDevAttrMultiProcessorCount) return cudaErrorNotSupported;
-    *value = 1;
+    *value = 3;
     return cudaSuccess;
 }
 
@@ -401,39 +498,64 @@ cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevi
     return cudaSuccess;
 }
 
+_Static_assert(sizeof(fake_handle_t) <= sizeof(cudaIpcMemHandle_t) &&
+                   sizeof(fake_handle_t) <= sizeof(cudaIpcEventHandle_t),
+               "a fake handle fits in a real one");
+
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
-    (void)handle;
-    (void)devPtr;
-    return cudaErrorNotSupported;
+    fake_handle_t h = {0};
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < g_nregions; i++)
+        if (g_regions[i].p == devPtr && g_regions[i].device && g_regions[i].fd >= 0)
+            h = (fake_handle_t){(int32_t)getpid(), g_regions[i].fd, g_regions[i].n};
+    pthread_mutex_unlock(&g_lock);
+    if (!h.n) return cudaErrorInvalidValue;
+    memset(handle, 0, sizeof(*handle));
+    memcpy(handle, &h, sizeof(h));
+    return cudaSuccess;
 }
 
 cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
 {
-    (void)devPtr;
-    (void)handle;
     (void)flags;
-    return cudaErrorNotSupported;
+    fake_handle_t h;
+    memcpy(&h, &handle, sizeof(h));
+    void *p = shared_open(&h);
+    if (!p) return cudaErrorInvalidResourceHandle;
+    remember(p, (size_t)h.n, true, -1);
+    *devPtr = p;
+    return cudaSuccess;
 }
 
 cudaError_t cudaIpcCloseMemHandle(void *devPtr)
 {
-    (void)devPtr;
-    return cudaErrorNotSupported;
+    region_t r = forget(devPtr);
+    if (!r.n || r.fd >= 0) return cudaErrorInvalidValue;
+    munmap(r.p, r.n);
+    return cudaSuccess;
 }
 
 cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cudaEvent_t event)
 {
-    (void)handle;
-    (void)event;
-    return cudaErrorNotSupported;
+    if (!event->ipc || event->ipc_fd < 0) return cudaErrorInvalidResourceHandle;
+    fake_handle_t h = {(int32_t)getpid(), event->ipc_fd, sizeof(ipc_counts_t)};
+    memset(handle, 0, sizeof(*handle));
+    memcpy(handle, &h, sizeof(h));
+    return cudaSuccess;
 }
 
 cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEventHandle_t handle)
 {
-    (void)event;
-    (void)handle;
-    return cudaErrorNotSupported;
+    fake_handle_t h;
+    memcpy(&h, &handle, sizeof(h));
+    ipc_counts_t *counts = shared_open(&h);
+    if (!counts) return cudaErrorInvalidResourceHandle;
+    *event = calloc(1, sizeof(struct CUevent_st));
+    (*event)->ipc = counts;
+    (*event)->ipc_fd = -1;
+    event_link(*event);
+    return cudaSuccess;
 }
 
 /* ---- the kernels (core/cuda/kernels.h) -------------------------------------- */
@@ -441,23 +563,22 @@ cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEventHandle_t hand
 int smddp__cuda_reduce(const smddp__reduce_spec_t *spec, void *dst, const void *const *srcs,
                        int nsrc, size_t count, void *stream)
 {
-    (void)spec;
-    (void)dst;
-    (void)srcs;
-    (void)nsrc;
-    (void)count;
-    (void)stream;
-    return (int)cudaErrorNotSupported;
+    if (nsrc < 1 || nsrc > SMDDP_CUDA_MAX_SRCS) return (int)cudaErrorInvalidValue;
+    if (count == 0) return 0;
+    fop_t op = {.kind = OP_REDUCE, .spec = *spec, .dst = dst, .nsrc = nsrc, .n = count};
+    for (int i = 0; i < nsrc; i++) op.srcs[i] = srcs[i];
+    push((cudaStream_t)stream, op);
+    return 0;
 }
 
 int smddp__ks_launch(const smddp__ks_comm_t *c, const smddp__ks_job_t *job,
                      const smddp__reduce_spec_t *spec, void *stream)
 {
-    (void)c;
-    (void)job;
-    (void)spec;
-    (void)stream;
-    return (int)cudaErrorNotSupported;
+    if (c->nranks < 1 || c->nranks > SMDDP_KS_MAX_RANKS || c->max_blocks < 1)
+        return (int)cudaErrorInvalidValue;
+    if (job->bytes == 0) return 0;
+    push((cudaStream_t)stream, (fop_t){.kind = OP_KS, .ks = *c, .job = *job, .spec = *spec});
+    return 0;
 }
 
 int smddp__cuda_wait_flag(const uint32_t *flag, uint32_t value, void *stream)

@@ -1,10 +1,10 @@
 /*
  * The CUDA collective kernels' synchronisation (core/cuda/ksync.h) in a CPU
- * model: the header's barrier, launch counters, failure record and plan,
- * compiled for the host, with every block of every rank a thread and the
- * ranks' regions in one address space. Each model block moves the same
- * vectors as its kernel (ipc_kernels.cu) does, in the same phases, with
- * int32 sums, so a protocol error shows as a wrong result or a hang:
+ * model (ks_model.c): the header's barrier, launch counters, failure record
+ * and plan, compiled for the host, with every block of every rank a thread
+ * and the ranks' regions in one address space. Each model block moves the
+ * same vectors as its kernel (ipc_kernels.cu) does, in the same phases, here
+ * with int32 sums, so a protocol error shows as a wrong result or a hang:
  *
  *   - random sequences of one-shot and two-shot allreduces,
  *     reduce-scatters and allgathers, 2-4 ranks, 1-8 blocks, sizes from one
@@ -29,9 +29,9 @@
 #include <cmocka.h>
 
 #include "cuda/ksync.h"
+#include "ks_model.h"
 
 #define MAX_P 4
-#define LANES 4 /* "threads" per model block */
 
 /* One model world: P ranks' regions and control blocks. */
 typedef struct world {
@@ -68,139 +68,7 @@ static void world_free(world_t *w)
     for (int r = 0; r < w->p; r++) free(w->region[r]);
 }
 
-/* ---- the model of a launch ------------------------------------------------- */
-
-typedef struct launch {
-    smddp__ks_job_t job;
-    int blocks;
-    int delay_us;     /* > 0: blocks sleep up to this long at random points */
-    int slow_rank;    /* this rank sleeps slow_us after the first barrier (-1: none) */
-    int slow_us;
-    bool skip_last;   /* leave out the launch's last barrier (to show it is needed) */
-} launch_t;
-
-typedef struct block_arg {
-    const smddp__ks_comm_t *c;
-    const launch_t *l;
-    int b;
-    unsigned seed;
-    uint32_t result;
-} block_arg_t;
-
-static void nap(block_arg_t *a)
-{
-    if (a->l->delay_us > 0 && rand_r(&a->seed) % 3 == 0)
-        usleep((useconds_t)(rand_r(&a->seed) % (unsigned)a->l->delay_us));
-}
-
-static void copy_valid(char *dst, const char *src, size_t off, size_t bytes)
-{
-    size_t n = bytes - off < SMDDP_KS_VEC ? bytes - off : SMDDP_KS_VEC;
-    memcpy(dst, src, n);
-}
-
-/* ipc_kernels.cu's reduce_vec, on int32 sums: rank order over the scratches. */
-static void reduce_vec(const smddp__ks_comm_t *c, size_t off, int32_t out[4])
-{
-    for (int k = 0; k < 4; k++) out[k] = 0;
-    for (int q = 0; q < c->nranks; q++) {
-        int32_t v[4];
-        memcpy(v, smddp__ks_scratch(c, q) + off, sizeof(v));
-        for (int k = 0; k < 4; k++) out[k] = (int32_t)((uint32_t)out[k] + (uint32_t)v[k]);
-    }
-}
-
-#define FOR_OWNED(i, lo, hi)                                                   \
-    for (size_t t_ = 0; t_ < LANES; t_++)                                      \
-        for (size_t i = smddp__ks_first((lo), (size_t)a->b * LANES + t_, stride); i < (hi); \
-             i += stride)
-
-/* One block of one rank's launch: the kernels' phases, in the same order. */
-static uint32_t model_block(block_arg_t *a)
-{
-    const smddp__ks_comm_t *c = a->c;
-    const smddp__ks_job_t *j = &a->l->job;
-    const size_t nvec = smddp__ks_vectors(j->bytes), stride = (size_t)a->l->blocks * LANES;
-    const bool rs = j->kind == SMDDP_KS_REDUCE_SCATTER;
-    const int last = j->kind == SMDDP_KS_ALLREDUCE_TWOSHOT ? 2 : 1;
-    char *own = smddp__ks_scratch(c, c->rank);
-    const char *in = j->in;
-    char *out = j->out;
-    uint32_t e = smddp__ks_begin(c, a->b), r;
-
-    for (int row = 0; row < (rs ? c->nranks : 1); row++)
-        FOR_OWNED(i, 0, nvec) {
-            size_t off = i * SMDDP_KS_VEC;
-            char v[SMDDP_KS_VEC] = {0};
-            copy_valid(v, in + (size_t)row * j->pitch + off, off, j->bytes);
-            memcpy(own + (size_t)row * nvec * SMDDP_KS_VEC + off, v, sizeof(v));
-        }
-    nap(a);
-    if ((r = smddp__ks_arrive_wait(c, 0, a->b, e, 0, 1)) != SMDDP_KS_OK) return r;
-    if (c->rank == a->l->slow_rank) usleep((useconds_t)a->l->slow_us);
-    nap(a);
-
-    if (j->kind == SMDDP_KS_ALLGATHER) {
-        for (int q = 0; q < c->nranks; q++)
-            FOR_OWNED(i, 0, nvec) {
-                size_t off = i * SMDDP_KS_VEC;
-                copy_valid(out + (size_t)q * j->pitch + off, smddp__ks_scratch(c, q) + off, off,
-                           j->bytes);
-            }
-    } else if (j->kind != SMDDP_KS_ALLREDUCE_TWOSHOT) {
-        size_t row = rs ? (size_t)c->rank * nvec * SMDDP_KS_VEC : 0;
-        FOR_OWNED(i, 0, nvec) {
-            size_t off = i * SMDDP_KS_VEC;
-            int32_t v[4];
-            reduce_vec(c, row + off, v);
-            copy_valid(out + off, (const char *)v, off, j->bytes);
-        }
-    } else {
-        size_t lo, hi;
-        smddp__ks_piece(nvec, c->nranks, c->rank, &lo, &hi);
-        FOR_OWNED(i, lo, hi) {
-            int32_t v[4];
-            reduce_vec(c, i * SMDDP_KS_VEC, v);
-            memcpy(own + i * SMDDP_KS_VEC, v, sizeof(v));
-        }
-        nap(a);
-        if ((r = smddp__ks_arrive_wait(c, 1, a->b, e, 0, 1)) != SMDDP_KS_OK) return r;
-        FOR_OWNED(i, 0, nvec) {
-            size_t off = i * SMDDP_KS_VEC;
-            int q = smddp__ks_piece_of(nvec, c->nranks, i);
-            copy_valid(out + off, smddp__ks_scratch(c, q) + off, off, j->bytes);
-        }
-    }
-    nap(a);
-    if (a->l->skip_last) return SMDDP_KS_OK;
-    return smddp__ks_arrive_wait(c, last, a->b, e, 0, 1);
-}
-
-static void *block_main(void *p)
-{
-    block_arg_t *a = p;
-    a->result = model_block(a);
-    return NULL;
-}
-
-/* One launch on one rank: its blocks as threads, joined (the stream's order). */
-static uint32_t model_launch(const smddp__ks_comm_t *c, const launch_t *l, unsigned seed)
-{
-    if (l->job.bytes == 0) return SMDDP_KS_OK; /* the host launches nothing */
-    pthread_t th[SMDDP_KS_MAX_BLOCKS];
-    block_arg_t args[16];
-    assert_true(l->blocks >= 1 && l->blocks <= 16);
-    for (int b = 0; b < l->blocks; b++) {
-        args[b] = (block_arg_t){c, l, b, seed * 131u + (unsigned)b, 0};
-        assert_int_equal(pthread_create(&th[b], NULL, block_main, &args[b]), 0);
-    }
-    uint32_t worst = SMDDP_KS_OK;
-    for (int b = 0; b < l->blocks; b++) {
-        pthread_join(th[b], NULL);
-        if (args[b].result != SMDDP_KS_OK) worst = args[b].result;
-    }
-    return worst;
-}
+static const smddp__reduce_spec_t int32_sum = {SMDDP_INT32, SMDDP_SUM, 0, 0};
 
 /* ---- sequences of collectives, checked -------------------------------------- */
 
@@ -257,12 +125,12 @@ static void run_step(run_t *run, int s, const step_t *st)
     size_t room = rs ? w->scratch / (size_t)p : w->scratch;
     size_t chunk = room / SMDDP_KS_VEC * SMDDP_KS_VEC;
     for (size_t off = 0; off < block; off += chunk) {
-        launch_t l = {{kind, in + off, out + off, block - off < chunk ? block - off : chunk,
-                       rs || ag ? block : 0},
-                      st->blocks, run->delay_us, run->slow_rank, run->slow_us, run->skip_last};
-        smddp__ks_job_t probe = l.job;
-        assert_true(smddp__ks_scratch_need(&probe, p) <= w->scratch);
-        uint32_t r = model_launch(c, &l, (unsigned)(s * 977 + me * 13 + (int)(off / 16)));
+        smddp__ks_job_t job = {kind, in + off, out + off, block - off < chunk ? block - off : chunk,
+                               rs || ag ? block : 0};
+        assert_true(smddp__ks_scratch_need(&job, p) <= w->scratch);
+        ks_model_opts_t o = {run->delay_us, run->slow_rank, run->slow_us, run->skip_last,
+                             (unsigned)(s * 977 + me * 13 + (int)(off / 16))};
+        uint32_t r = ks_model_launch(c, &job, &int32_sum, st->blocks, &o);
         if (r != SMDDP_KS_OK) run->failed = r;
     }
     /* Check against the sums and copies the collective promises. */
@@ -417,7 +285,8 @@ static void test_epoch_wraps(void **state)
 
 typedef struct lone {
     const smddp__ks_comm_t *c;
-    launch_t l;
+    smddp__ks_job_t job;
+    int blocks;
     uint32_t result;
     double seconds;
 } lone_t;
@@ -433,7 +302,7 @@ static void *lone_main(void *p)
 {
     lone_t *a = p;
     double t0 = now_s();
-    a->result = model_launch(a->c, &a->l, 5);
+    a->result = ks_model_launch(a->c, &a->job, &int32_sum, a->blocks, NULL);
     a->seconds = now_s() - t0;
     return NULL;
 }
@@ -448,8 +317,8 @@ static void test_dead_peer_times_out(void **state)
     lone_t a[2];
     pthread_t th[2];
     for (int r = 0; r < 2; r++) {
-        a[r] = (lone_t){&w.comm[r], {{SMDDP_KS_ALLREDUCE_TWOSHOT, in[r], out[r], sizeof(in[r]), 0},
-                                     4, 0, -1, 0, false}, 0, 0};
+        a[r] = (lone_t){&w.comm[r], {SMDDP_KS_ALLREDUCE_TWOSHOT, in[r], out[r], sizeof(in[r]), 0},
+                        4, 0, 0};
         assert_int_equal(pthread_create(&th[r], NULL, lone_main, &a[r]), 0);
     }
     for (int r = 0; r < 2; r++) {
@@ -474,8 +343,7 @@ static void test_abort_ends_wait(void **state)
     world_t w;
     world_init(&w, 2, 16384, 60ull * 1000000000u);
     static char in[64], out[128];
-    lone_t a = {&w.comm[0], {{SMDDP_KS_ALLGATHER, in, out, sizeof(in), sizeof(in)}, 2, 0, -1, 0,
-                             false}, 0, 0};
+    lone_t a = {&w.comm[0], {SMDDP_KS_ALLGATHER, in, out, sizeof(in), sizeof(in)}, 2, 0, 0};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, lone_main, &a), 0);
     usleep(100000);
