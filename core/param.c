@@ -120,6 +120,10 @@ static const param_row_t rows[] = {
      "barrier and interprocess CUDA events) or kernel (one launch per chunk, ranks meeting "
      "through flags in device memory, a second SMDDP_CUDA_BUFFER_SIZE of device memory per "
      "rank); the same on every rank", OFF(cuda_sync), 0, "events|kernel"},
+    {"SMDDP_CUDA_KERNEL_BLOCKS", P_INT, "0",
+     "SMDDP_CUDA_SYNC=kernel: the most blocks (of 512 threads) one collective kernel takes; 0: "
+     "half the GPU's multiprocessors, divided among the ranks that share a GPU",
+     OFF(cuda_kernel_blocks), 0, NULL},
     {"SMDDP_NCCL_LIBRARY", P_STRING, "",
      "NCCL library loaded at run time for the CUDA collectives smddp hands to NCCL (default: "
      "libnccl.so.2 from the loader's search path)", OFF(nccl_library), CAP(nccl_library), NULL},

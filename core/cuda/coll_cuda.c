@@ -69,8 +69,7 @@ struct smddp__cuda {
     size_t ks_scratch;         /* bytes of scratch in each region */
     smddp__ks_comm_t ks;       /* what every launch gets */
     smddp__ks_control_t *ctl;  /* this rank's control block, as the host sees it */
-    cudaEvent_t ks_done;       /* recorded after this rank's latest launch */
-    cudaStream_t ks_stream;    /* the stream of that launch */
+    cudaEvent_t ks_done;       /* recorded after this rank's latest launch, eager or replayed */
     bool ks_launched;
 };
 
@@ -80,7 +79,8 @@ typedef struct cuda_card {
     int32_t pad;
     uint64_t half;
     uint64_t ks_scratch; /* 0: SMDDP_CUDA_SYNC=events */
-    int32_t sms;
+    int64_t oneshot_max; /* SMDDP_CUDA_ONESHOT_MAX: one-shot and two-shot must agree */
+    int32_t sms;         /* the GPU's multiprocessors */
     int32_t pad2;
     char bus_id[32];
     cudaIpcMemHandle_t mem;
@@ -117,6 +117,9 @@ static smddp_status_t buffer_device(smddp_comm_t comm, const void *p, const char
     return SMDDP_OK;
 }
 
+static const char *ks_verdict(smddp_comm_t comm, const struct smddp__cuda *c);
+static smddp_status_t ks_check(smddp_comm_t comm, const struct smddp__cuda *c);
+
 /*
  * Frees the CUDA state. This rank's own reads are finished first (its
  * events synchronised) and peers' mappings closed. Its own buffer and events
@@ -132,6 +135,10 @@ static void free_state(smddp_comm_t comm, struct smddp__cuda *c, bool shared)
         /* This rank's kernels may wait for peers: at most SMDDP_TIMEOUT. */
         cudaEventSynchronize(c->ks_done);
         cudaEventDestroy(c->ks_done);
+        if (c->ctl && __atomic_load_n(&c->ctl->failed, __ATOMIC_ACQUIRE))
+            SMDDP_WARN("rank %d: a CUDA collective kernel of this communicator gave up before "
+                       "it was destroyed (its output is not valid): %s",
+                       comm->rank, ks_verdict(comm, c));
     }
     if (c->ctl) {
         pthread_mutex_lock(&comm->err_lock);
@@ -163,11 +170,35 @@ static void free_state(smddp_comm_t comm, struct smddp__cuda *c, bool shared)
     free(c);
 }
 
+/*
+ * The most blocks a collective kernel takes, agreed from every local rank's
+ * card (so every rank launches the same grids): SMDDP_CUDA_KERNEL_BLOCKS,
+ * else half the SMs of the smallest GPU, divided among the most ranks that
+ * share one GPU (under MPS their kernels run at once, and each must fit
+ * beside the others while it spins). One block per SM fits (ipc_kernels.cu
+ * launches 512 threads of up to 128 registers), so every block of a launch
+ * is resident at once.
+ */
+static int kernel_blocks(const cuda_card_t *cards, int n)
+{
+    int set = smddp__params()->cuda_kernel_blocks;
+    if (set > 0) return SMDDP_MIN(set, SMDDP_KS_MAX_BLOCKS);
+    int sms = INT32_MAX, sharing = 1;
+    for (int q = 0; q < n; q++) {
+        int same = 0;
+        for (int k = 0; k < n; k++) same += strcmp(cards[q].bus_id, cards[k].bus_id) == 0;
+        sharing = SMDDP_MAX(sharing, same);
+        sms = SMDDP_MIN(sms, cards[q].sms);
+    }
+    return SMDDP_MAX(1, SMDDP_MIN(sms / 2 / sharing, SMDDP_KS_MAX_BLOCKS));
+}
+
 /* Allocates this rank's buffer and events, exchanges handles, maps peers'. */
 static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
 {
     smddp_status_t st;
     const smddp__params_t *prm = smddp__params();
+    cuda_card_t *cards = NULL; /* SMDDP_CUDA_SYNC=kernel: every local rank's, for the grid */
     struct smddp__cuda *c = calloc(1, sizeof(*c));
     if (!c) return smddp__error(SMDDP_ERR_NO_MEMORY, "out of memory");
     c->device = device;
@@ -213,16 +244,30 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
         }                                                                     \
     } while (0)
     SETUP_TRY(cudaDeviceGetPCIBusId(card.bus_id, (int)sizeof(card.bus_id), device));
+    card.oneshot_max = prm->cuda_oneshot_max;
     if (c->ks_on) {
-        /* Flags and launch counters start at zero before any peer can see them. */
-        SETUP_TRY(cudaMemset(me->buf + 2 * c->half, 0, SMDDP_KS_SCRATCH_OFFSET));
-        SETUP_TRY(cudaDeviceSynchronize());
+        /*
+         * Flags and launch counters start at zero before any peer can see
+         * them; on a stream of its own, so that another stream being
+         * captured into a CUDA graph is left alone.
+         */
+        cudaStream_t zs;
+        SETUP_TRY(cudaStreamCreateWithFlags(&zs, cudaStreamNonBlocking));
+        cudaError_t ze = cudaMemsetAsync(me->buf + 2 * c->half, 0, SMDDP_KS_SCRATCH_OFFSET, zs);
+        if (ze == cudaSuccess) ze = cudaStreamSynchronize(zs);
+        cudaStreamDestroy(zs);
+        SETUP_TRY(ze);
         SETUP_TRY(cudaHostAlloc((void **)&c->ctl, sizeof(*c->ctl), cudaHostAllocMapped));
         memset(c->ctl, 0, sizeof(*c->ctl));
         SETUP_TRY(cudaHostGetDevicePointer((void **)&c->ks.control, c->ctl, 0));
         SETUP_TRY(cudaEventCreateWithFlags(&c->ks_done, cudaEventDisableTiming));
         SETUP_TRY(cudaDeviceGetAttribute(&card.sms, cudaDevAttrMultiProcessorCount, device));
-        c->ks.max_blocks = card.sms;
+        cards = calloc((size_t)comm->local_size, sizeof(*cards));
+        if (!cards) {
+            st = smddp__error(SMDDP_ERR_NO_MEMORY, "out of memory");
+            goto fail;
+        }
+        cards[comm->local_rank] = card;
     }
     SETUP_TRY(cudaIpcGetMemHandle(&card.mem, me->buf));
     for (int k = 0; k < EV_COUNT; k++)
@@ -261,7 +306,15 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
                               theirs.ks_scratch ? "kernel" : "events", comm->local_ranks[q]);
             goto fail;
         }
-        if (c->ks_on && theirs.sms < c->ks.max_blocks) c->ks.max_blocks = theirs.sms;
+        if (theirs.oneshot_max != card.oneshot_max) {
+            st = smddp__error(SMDDP_ERR_MISMATCH,
+                              "rank %d: SMDDP_CUDA_ONESHOT_MAX differs between ranks (%" PRId64
+                              " here, %" PRId64 " on rank %d); set it the same everywhere",
+                              comm->rank, card.oneshot_max, theirs.oneshot_max,
+                              comm->local_ranks[q]);
+            goto fail;
+        }
+        if (cards) cards[q] = theirs;
         if (theirs.half != c->half) {
             st = smddp__error(SMDDP_ERR_MISMATCH,
                               "rank %d: SMDDP_CUDA_BUFFER_SIZE differs between ranks (%zu-byte "
@@ -304,6 +357,9 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
             c->ks.region[q] = (smddp__ks_region_t *)(c->peers[q].buf + 2 * c->half);
         c->ks.rank = comm->local_rank;
         c->ks.nranks = comm->local_size;
+        c->ks.max_blocks = kernel_blocks(cards, comm->local_size);
+        free(cards);
+        cards = NULL;
     }
     /* Nobody unmaps or reuses anything until every peer has mapped it all. */
     SMDDP_CHECK_GOTO(smddp__shm_sync(comm, op), st, fail);
@@ -321,6 +377,7 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
                         : "");
     return SMDDP_OK;
 fail:
+    free(cards);
     /* Handles may have been published: keep what peers could have mapped. */
     free_state(comm, c, comm->local_size > 1);
     return st;
@@ -512,23 +569,40 @@ static smddp_status_t blockwise(step_t *s, int src_root, bool reduce)
 
 /* ---- SMDDP_CUDA_SYNC=kernel ------------------------------------------------ */
 
+/* Why this rank's kernels gave up, in words (the control block says they did). */
+static const char *ks_verdict(smddp_comm_t comm, const struct smddp__cuda *c)
+{
+    static _Thread_local char why[320];
+    const smddp__ks_control_t *ctl = c->ctl;
+    int q = (int)ctl->peer;
+    int rank = q >= 0 && q < comm->local_size ? comm->local_ranks[q] : -1;
+    switch (__atomic_load_n(&ctl->failed, __ATOMIC_ACQUIRE)) {
+    case SMDDP_KS_TIMEOUT:
+        snprintf(why, sizeof(why), "it stopped waiting for rank %d (barrier %u of block %u's "
+                 "launch %u): rank %d did not arrive within SMDDP_TIMEOUT (did it die, or issue "
+                 "another collective?)", rank, ctl->stage, ctl->block, ctl->epoch, rank);
+        break;
+    case SMDDP_KS_PEER:
+        snprintf(why, sizeof(why), "rank %d's kernel gave up waiting (timeout or abort there) "
+                 "and stopped this rank's (block %u)", rank, ctl->block);
+        break;
+    default:
+        snprintf(why, sizeof(why), "it stopped waiting for rank %d (barrier %u of block %u's "
+                 "launch %u): the communicator was aborted", rank, ctl->stage, ctl->block,
+                 ctl->epoch);
+        break;
+    }
+    return why;
+}
+
 /* The kernels' verdict on this rank's earlier launches. */
 static smddp_status_t ks_check(smddp_comm_t comm, const struct smddp__cuda *c)
 {
-    const volatile smddp__ks_control_t *ctl = c->ctl;
-    uint32_t why = ctl->failed;
+    uint32_t why = __atomic_load_n(&c->ctl->failed, __ATOMIC_ACQUIRE);
     if (why == SMDDP_KS_OK) return SMDDP_OK;
-    int q = (int)ctl->peer;
-    return smddp__error(why == SMDDP_KS_TIMEOUT ? SMDDP_ERR_TIMEOUT : SMDDP_ERR_ABORTED,
-                        "rank %d: a CUDA collective kernel stopped waiting for rank %d (barrier "
-                        "%u of that block's launch %u, block %u): %s; that collective's output "
-                        "is not valid",
-                        comm->rank, q >= 0 && q < comm->local_size ? comm->local_ranks[q] : -1,
-                        ctl->stage, ctl->epoch, ctl->block,
-                        why == SMDDP_KS_TIMEOUT
-                            ? "it did not arrive within SMDDP_TIMEOUT (did it die, or issue "
-                              "another collective?)"
-                            : "the communicator was aborted");
+    return smddp__error(why == SMDDP_KS_ABORTED ? SMDDP_ERR_ABORTED : SMDDP_ERR_TIMEOUT,
+                        "rank %d: a CUDA collective kernel gave up, so its output is not valid: %s",
+                        comm->rank, ks_verdict(comm, c));
 }
 
 /* One launch of job on the op's stream. */
@@ -541,25 +615,31 @@ static smddp_status_t ks_run(step_t *s, const smddp__ks_job_t *job)
     smddp__reduce_spec_t spec = s->op->spec;
     spec.avg_div = spec.op == SMDDP_AVG ? s->comm->size : 0;
     /*
-     * Launches on another stream could run beside the last one, which shares
-     * the launch counters and the scratch: they wait for it. (Inside a CUDA
-     * graph capture, that wait is refused unless the last launch was captured
-     * too.)
+     * Every launch waits for the one before it, wherever that ran: another
+     * stream, or a CUDA graph replayed since. Launches running side by side
+     * would share the launch counters and the scratch. Under capture, the
+     * wait and the record are "external" nodes, so that every replay waits
+     * for the latest launch and records its own.
      */
-    if (c->ks_launched && s->stream != c->ks_stream) {
-        cudaError_t w = cudaStreamWaitEvent(s->stream, c->ks_done, 0);
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    CUDA_TRY(s->comm, cudaStreamIsCapturing(s->stream, &cap));
+    bool captured = cap == cudaStreamCaptureStatusActive;
+    if (c->ks_launched) {
+        cudaError_t w = cudaStreamWaitEvent(s->stream, c->ks_done,
+                                            captured ? cudaEventWaitExternal : 0);
         if (w != cudaSuccess)
             return smddp__error(SMDDP_ERR_SYSTEM,
-                                "rank %d: ordering this CUDA %s after the previous one, on another "
-                                "stream, failed: %s; under CUDA graph capture, issue a "
-                                "communicator's collectives on one stream",
+                                "rank %d: ordering this CUDA %s after this communicator's previous "
+                                "one failed: %s",
                                 s->comm->rank, smddp__op_kind_name(s->op->kind),
                                 cudaGetErrorString(w));
     }
     int e = smddp__ks_launch(&c->ks, job, &spec, s->stream);
     if (e != 0) return cuda_error(s->comm, "the collective kernel's launch", (cudaError_t)e);
-    CUDA_TRY(s->comm, cudaEventRecord(c->ks_done, s->stream));
-    c->ks_stream = s->stream;
+    if (captured)
+        CUDA_TRY(s->comm, cudaEventRecordWithFlags(c->ks_done, s->stream, cudaEventRecordExternal));
+    else
+        CUDA_TRY(s->comm, cudaEventRecord(c->ks_done, s->stream));
     c->ks_launched = true;
     return SMDDP_OK;
 }
@@ -644,6 +724,8 @@ static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op, smdd
                             "rank %d: this communicator's CUDA collectives run on device %d, but "
                             "this buffer is on device %d; use one device per communicator",
                             comm->rank, comm->cuda->device, dev);
+    /* A kernel that gave up fails whatever comes next, not only the next kernel. */
+    if (comm->cuda->ks_on) SMDDP_CHECK(ks_check(comm, comm->cuda));
     if (smddp__log_level() >= SMDDP_LOG_TRACE) {
         char desc[256];
         smddp__op_describe(op, desc, sizeof(desc));

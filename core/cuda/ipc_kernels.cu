@@ -11,11 +11,13 @@
  * allgather copies every rank's scratch into its row of the output. The
  * arithmetic is elem.cuh's, so the results are the CPU kernels' bits.
  *
- * Blocks are at most one per SM on the smallest GPU of the node
- * (smddp__ks_comm_t::max_blocks), so every block of a launch is resident
- * at once and a block never waits for one that cannot start. Ranks that
- * share a GPU without MPS run in turns (time slices), and a barrier then
- * waits for the next turn.
+ * A launch has at most smddp__ks_comm_t::max_blocks blocks (coll_cuda.c:
+ * half the SMs of the smallest GPU, divided among the ranks sharing one),
+ * and one block fits per SM, so every block of a launch is resident at once
+ * and a block never waits for one that cannot start, even beside another
+ * communicator's kernel or, under MPS, the kernels of ranks sharing the GPU.
+ * Ranks that share a GPU without MPS run in turns (time slices), and a
+ * barrier then waits for the next turn.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -68,13 +70,15 @@ __device__ __forceinline__ bool barrier(const smddp__ks_comm_t &c, int stage, ui
     return __syncthreads_or(r != SMDDP_KS_OK) == 0;
 }
 
-/* This block's number for the launch. */
-__device__ __forceinline__ uint32_t begin(const smddp__ks_comm_t &c)
+/* This block's number for the launch in *e; false if the rank's kernels have stopped. */
+__device__ __forceinline__ bool begin(const smddp__ks_comm_t &c, uint32_t *e)
 {
-    __shared__ uint32_t e;
-    if (threadIdx.x == 0) e = smddp__ks_begin(&c, (int)blockIdx.x);
+    __shared__ uint32_t se;
+    __shared__ int go;
+    if (threadIdx.x == 0) go = smddp__ks_begin(&c, (int)blockIdx.x, &se);
     __syncthreads();
-    return e;
+    *e = se;
+    return go != 0;
 }
 
 /* Copies rows of bytes (pitch apart in src) into the scratch, a row per padded stride. */
@@ -116,7 +120,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     reduce_kernel(smddp__ks_comm_t c, smddp__ks_job_t j, typename Elem<DT>::A p,
                   typename Elem<DT>::D d)
 {
-    const uint32_t e = begin(c);
+    uint32_t e;
+    if (!begin(c, &e)) return;
     const int me = c.rank;
     const size_t nvec = smddp__ks_vectors(j.bytes), stride = (size_t)gridDim.x * blockDim.x;
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -155,7 +160,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 __global__ void __launch_bounds__(kThreads, 1) gather_kernel(smddp__ks_comm_t c, smddp__ks_job_t j)
 {
-    const uint32_t e = begin(c);
+    uint32_t e;
+    if (!begin(c, &e)) return;
     const size_t nvec = smddp__ks_vectors(j.bytes), stride = (size_t)gridDim.x * blockDim.x;
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     char *out = static_cast<char *>(j.out);

@@ -30,10 +30,10 @@
  *
  * Waits are bounded: every SMDDP_KS_CHECK_EVERY polls a wait reads the
  * host's abort word and the clock, and gives up on abort or after
- * timeout_ns, making the rank's other blocks give up too (given_up) and
- * recording why in the control block (host memory mapped into the device).
- * The host reads that record before its next launch and fails the
- * communicator.
+ * timeout_ns. Giving up stops the rank's other blocks and later launches
+ * (given_up), and its peers' too (it writes their given_up), and records
+ * why in the control block (host memory mapped into the device), which the
+ * host reads before its next collective and fails the communicator.
  */
 #ifndef SMDDP_CORE_CUDA_KSYNC_H
 #define SMDDP_CORE_CUDA_KSYNC_H
@@ -48,13 +48,28 @@
 #define SMDDP_KS_CHECK_EVERY 256
 
 /* Why a kernel gave up (smddp__ks_control_t::failed). */
-enum { SMDDP_KS_OK = 0, SMDDP_KS_TIMEOUT = 1, SMDDP_KS_ABORTED = 2 };
+enum {
+    SMDDP_KS_OK = 0,
+    SMDDP_KS_TIMEOUT = 1, /* a peer did not arrive within timeout_ns */
+    SMDDP_KS_ABORTED = 2, /* the host's abort word */
+    SMDDP_KS_PEER = 3,    /* a peer gave up (for one of the reasons above) and said so */
+};
+
+/* given_up as a peer writes it: this bit and the peer's local rank. */
+#define SMDDP_KS_POISON 0x80000000u
 
 /* The head of a rank's region; the scratch follows at SMDDP_KS_SCRATCH_OFFSET. */
 typedef struct smddp__ks_region {
     uint32_t flag[SMDDP_KS_STAGES][SMDDP_KS_MAX_BLOCKS][SMDDP_KS_MAX_RANKS]; /* written by peers */
     uint32_t epoch[SMDDP_KS_MAX_BLOCKS]; /* this rank's own: launches block b has begun */
-    uint32_t given_up; /* this rank's own: the first of its blocks to give up claims it */
+    /*
+     * Nonzero once this rank's kernels must stop: claimed by the first of its
+     * blocks to give up, or written by a peer that gave up (SMDDP_KS_POISON).
+     * From then on every launch ends at once, touching neither scratch nor
+     * flags, so a slower peer still reading this scratch is not misled.
+     */
+    uint32_t given_up;
+    uint32_t reported; /* claimed by the block that writes the control block */
 } smddp__ks_region_t;
 
 #define SMDDP_KS_SCRATCH_OFFSET ((sizeof(smddp__ks_region_t) + 255) / 256 * 256)
@@ -210,21 +225,12 @@ SMDDP_KS_FN char *smddp__ks_scratch(const smddp__ks_comm_t *c, int q)
     return (char *)c->region[q] + SMDDP_KS_SCRATCH_OFFSET;
 }
 
-/* Block b's number for the launch it begins (one caller per block). */
-SMDDP_KS_FN uint32_t smddp__ks_begin(const smddp__ks_comm_t *c, int b)
-{
-    uint32_t *ep = &c->region[c->rank]->epoch[b];
-    uint32_t e = *ep + 1;
-    *ep = e;
-    return e;
-}
-
-/* Records the first failure of this rank's kernels for the host; returns code. */
-SMDDP_KS_FN uint32_t smddp__ks_fail(const smddp__ks_comm_t *c, uint32_t code, int stage, int b,
-                                    int q, uint32_t e)
+/* Tells the host (once per rank) why its kernels stopped; returns code. */
+SMDDP_KS_FN uint32_t smddp__ks_report(const smddp__ks_comm_t *c, uint32_t code, int stage, int b,
+                                      int q, uint32_t e)
 {
     smddp__ks_control_t *ctl = c->control;
-    if (smddp__ks_claim(&c->region[c->rank]->given_up, code)) {
+    if (smddp__ks_claim(&c->region[c->rank]->reported, 1u)) {
         ctl->stage = (uint32_t)stage;
         ctl->block = (uint32_t)b;
         ctl->peer = (uint32_t)q;
@@ -232,6 +238,44 @@ SMDDP_KS_FN uint32_t smddp__ks_fail(const smddp__ks_comm_t *c, uint32_t code, in
         smddp__ks_store_release(&ctl->failed, code);
     }
     return code;
+}
+
+/*
+ * Gives up: this rank's kernels stop, and so do its peers' (their waits
+ * would otherwise last their own timeouts, or forever); returns code.
+ */
+SMDDP_KS_FN uint32_t smddp__ks_fail(const smddp__ks_comm_t *c, uint32_t code, int stage, int b,
+                                    int q, uint32_t e)
+{
+    if (smddp__ks_claim(&c->region[c->rank]->given_up, code))
+        for (int p = 0; p < c->nranks; p++)
+            if (p != c->rank)
+                smddp__ks_store_release(&c->region[p]->given_up,
+                                        SMDDP_KS_POISON | (uint32_t)c->rank);
+    return smddp__ks_report(c, code, stage, b, q, e);
+}
+
+/* Whether this rank's kernels must stop; a peer's word is reported to the host. */
+SMDDP_KS_FN bool smddp__ks_stopped(const smddp__ks_comm_t *c, int stage, int b, uint32_t e)
+{
+    uint32_t g = smddp__ks_load_relaxed(&c->region[c->rank]->given_up);
+    if (!g) return false;
+    if (g & SMDDP_KS_POISON)
+        smddp__ks_report(c, SMDDP_KS_PEER, stage, b, (int)(g & 0xffu), e);
+    return true;
+}
+
+/*
+ * Begins block b's part of a launch: its number in *e, or false if this
+ * rank's kernels have stopped (then the block must return at once).
+ */
+SMDDP_KS_FN bool smddp__ks_begin(const smddp__ks_comm_t *c, int b, uint32_t *e)
+{
+    if (smddp__ks_stopped(c, 0, b, 0)) return false;
+    uint32_t *ep = &c->region[c->rank]->epoch[b];
+    *e = *ep + 1;
+    *ep = *e;
+    return true;
 }
 
 /*
@@ -252,7 +296,7 @@ SMDDP_KS_FN uint32_t smddp__ks_arrive_wait(const smddp__ks_comm_t *c, int stage,
         uint32_t polls = 0;
         while ((int32_t)(smddp__ks_load_acquire(f) - e) < 0) {
             if (++polls % SMDDP_KS_CHECK_EVERY) continue;
-            if (smddp__ks_load_relaxed(&c->region[c->rank]->given_up)) return SMDDP_KS_ABORTED;
+            if (smddp__ks_stopped(c, stage, b, e)) return SMDDP_KS_ABORTED;
             if (smddp__ks_load_relaxed(&c->control->abort))
                 return smddp__ks_fail(c, SMDDP_KS_ABORTED, stage, b, q, e);
             uint64_t now = smddp__ks_now_ns();

@@ -51,6 +51,7 @@ typedef struct fop {
     int nsrc;
     smddp__ks_comm_t ks;                 /* OP_KS */
     smddp__ks_job_t job;
+    void *owned;                         /* freed once the op has run */
     void *dst;
     const void *src;
     size_t n, dpitch, spitch, rows;
@@ -139,6 +140,7 @@ static void *worker(void *arg)
         default: break;
         }
         pthread_mutex_lock(&s->lock);
+        free(op->owned);
         s->head = op->next;
         if (!s->head) s->tail = NULL;
         atomic_store(&s->done, op->seq);
@@ -317,6 +319,13 @@ cudaError_t cudaStreamCreate(cudaStream_t *pStream)
     return cudaSuccess;
 }
 
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
+{
+    (void)flags;
+    *pStream = stream_new();
+    return cudaSuccess;
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t st)
 {
     drain(st);
@@ -387,6 +396,15 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count)
     return cudaSuccess;
 }
 
+cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t st)
+{
+    /* A copy, on the stream, from a filled buffer the op owns. */
+    char *fillbuf = malloc(count ? count : 1);
+    memset(fillbuf, value, count);
+    push(st, (fop_t){.kind = OP_COPY, .dst = devPtr, .src = fillbuf, .n = count, .owned = fillbuf});
+    return cudaSuccess;
+}
+
 static void event_link(cudaEvent_t event)
 {
     pthread_mutex_lock(&g_lock);
@@ -434,6 +452,13 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t st)
     event->stream = s;
     pthread_mutex_unlock(&g_lock);
     return cudaSuccess;
+}
+
+/* Captures are never active here: an external record is a record. */
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t st, unsigned int flags)
+{
+    (void)flags;
+    return cudaEventRecord(event, st);
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event)

@@ -57,7 +57,8 @@ static uint32_t model_block(block_arg_t *a)
     char *own = smddp__ks_scratch(c, c->rank);
     const char *in = j->in;
     char *out = j->out;
-    uint32_t e = smddp__ks_begin(c, a->b), r;
+    uint32_t e, r;
+    if (!smddp__ks_begin(c, a->b, &e)) return SMDDP_KS_ABORTED;
 
     for (int row = 0; row < (rs ? c->nranks : 1); row++)
         FOR_OWNED(i, 0, nvec) {

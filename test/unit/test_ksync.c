@@ -14,7 +14,9 @@
  *     gives wrong results, with it, right ones (same delays);
  *   - the launch counters wrap around 2^32;
  *   - a rank that never arrives: the others give up within the timeout,
- *     naming it; the abort word: they give up at once.
+ *     naming it; the abort word: they give up at once;
+ *   - a rank that gave up stops its peers, and its later launches touch
+ *     nothing a slower peer may still read.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -321,18 +323,26 @@ static void test_dead_peer_times_out(void **state)
                         4, 0, 0};
         assert_int_equal(pthread_create(&th[r], NULL, lone_main, &a[r]), 0);
     }
+    int timed_out = 0;
     for (int r = 0; r < 2; r++) {
         pthread_join(th[r], NULL);
         assert_int_not_equal(a[r].result, SMDDP_KS_OK); /* blocks after the first say "aborted" */
-        assert_int_equal(w.ctl[r].failed, SMDDP_KS_TIMEOUT);
-        assert_int_equal(w.ctl[r].peer, 2);
+        /* Each times out waiting for rank 2, unless the other gave up first and told it. */
+        if (w.ctl[r].failed == SMDDP_KS_PEER) {
+            assert_int_equal(w.ctl[r].peer, 1 - r);
+        } else {
+            assert_int_equal(w.ctl[r].failed, SMDDP_KS_TIMEOUT);
+            assert_int_equal(w.ctl[r].peer, 2);
+            assert_int_equal(w.ctl[r].epoch, 1);
+            timed_out++;
+        }
         assert_int_equal(w.ctl[r].stage, 0);
-        assert_int_equal(w.ctl[r].epoch, 1);
         assert_true(w.ctl[r].block < 4);
         /* Four blocks wait at once, each for 0.3 s; the rank gives up in about that. */
         assert_true(a[r].seconds >= 0.29);
         assert_true(a[r].seconds < 3.0);
     }
+    assert_true(timed_out >= 1);
     world_free(&w);
 }
 
@@ -353,6 +363,85 @@ static void test_abort_ends_wait(void **state)
     assert_int_equal(w.ctl[0].failed, SMDDP_KS_ABORTED);
     assert_int_equal(w.ctl[0].peer, 1);
     assert_true(a.seconds < 5.0);
+    world_free(&w);
+}
+
+typedef struct seq2 {
+    const smddp__ks_comm_t *c;
+    int32_t *in[2], *out[2];
+    size_t n;
+    ks_model_opts_t o;
+    uint32_t result[2];
+} seq2_t;
+
+static void *seq2_main(void *p)
+{
+    seq2_t *a = p;
+    for (int k = 0; k < 2; k++) {
+        smddp__ks_job_t job = {SMDDP_KS_ALLREDUCE_ONESHOT, a->in[k], a->out[k], a->n * 4, 0};
+        a->result[k] = ks_model_launch(a->c, &job, &int32_sum, 2, &a->o);
+    }
+    return NULL;
+}
+
+/*
+ * Rank 0 gives up at the last barrier of a launch while rank 1 still reads
+ * its scratch, then goes straight to its next launch: that launch must not
+ * touch the scratch, so rank 1's result is right; rank 1 learns that rank 0
+ * gave up, and its own next launch stops at once.
+ */
+static void test_no_launch_after_give_up(void **state)
+{
+    (void)state;
+    world_t w;
+    world_init(&w, 2, 16384, 200ull * 1000000u);
+    w.comm[1].timeout_ns = 60ull * 1000000000u;
+    enum { N = 1000 };
+    static int32_t in[2][2][N], out[2][2][N];
+    seq2_t a[2];
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++) {
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < N; i++) in[r][k][i] = (r + 1) * 1000 + k * 100000 + i;
+        a[r] = (seq2_t){&w.comm[r], {in[r][0], in[r][1]}, {out[r][0], out[r][1]}, N,
+                        {.slow_rank = 1, .slow_us = 600000}, {0, 0}};
+        assert_int_equal(pthread_create(&th[r], NULL, seq2_main, &a[r]), 0);
+    }
+    for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    for (int i = 0; i < N; i++) assert_int_equal(out[1][0][i], in[0][0][i] + in[1][0][i]);
+    assert_int_equal(a[1].result[0], SMDDP_KS_OK);
+    assert_int_not_equal(a[0].result[0], SMDDP_KS_OK);
+    assert_int_not_equal(a[0].result[1], SMDDP_KS_OK);
+    assert_int_not_equal(a[1].result[1], SMDDP_KS_OK);
+    assert_int_equal(w.ctl[0].failed, SMDDP_KS_TIMEOUT);
+    assert_int_equal(w.ctl[0].peer, 1);
+    assert_int_equal(w.ctl[0].stage, 1);
+    assert_int_equal(w.ctl[1].failed, SMDDP_KS_PEER);
+    assert_int_equal(w.ctl[1].peer, 0);
+    world_free(&w);
+}
+
+/* Rank 2 never comes; rank 0 gives up after 0.2 s and stops rank 1, whose own timeout is a minute. */
+static void test_give_up_stops_peers(void **state)
+{
+    (void)state;
+    world_t w;
+    world_init(&w, 3, 16384, 200ull * 1000000u);
+    w.comm[1].timeout_ns = 60ull * 1000000000u;
+    static int32_t in[2][1000], out[2][1000];
+    lone_t a[2];
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++) {
+        a[r] = (lone_t){&w.comm[r], {SMDDP_KS_ALLGATHER, in[r], out[r], sizeof(in[r]) / 2, 0}, 3,
+                        0, 0};
+        assert_int_equal(pthread_create(&th[r], NULL, lone_main, &a[r]), 0);
+    }
+    for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    assert_int_equal(w.ctl[0].failed, SMDDP_KS_TIMEOUT);
+    assert_int_equal(w.ctl[0].peer, 2);
+    assert_int_equal(w.ctl[1].failed, SMDDP_KS_PEER);
+    assert_int_equal(w.ctl[1].peer, 0);
+    assert_true(a[1].seconds < 5.0);
     world_free(&w);
 }
 
@@ -393,6 +482,8 @@ int main(void)
         cmocka_unit_test(test_epoch_wraps),
         cmocka_unit_test(test_dead_peer_times_out),
         cmocka_unit_test(test_abort_ends_wait),
+        cmocka_unit_test(test_no_launch_after_give_up),
+        cmocka_unit_test(test_give_up_stops_peers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
