@@ -49,7 +49,8 @@
 #if SMDDP_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "ipc_kernels.h"
+#include "cuda_error.h"
+#include "kernel_sync.h"
 #include "kernels.h"
 
 enum { EV_READY, EV_REDUCED, EV_DONE, EV_COUNT };
@@ -66,11 +67,7 @@ struct smddp__cuda {
     uint64_t steps;      /* steps taken; a half is reused every second step */
     /* SMDDP_CUDA_SYNC=kernel: each rank's region follows its two halves. */
     bool ks_on;
-    size_t ks_scratch;         /* bytes of scratch in each region */
-    smddp__ks_comm_t ks;       /* what every launch gets */
-    smddp__ks_control_t *ctl;  /* this rank's control block, as the host sees it */
-    cudaEvent_t ks_done;       /* recorded after this rank's latest launch, eager or replayed */
-    bool ks_launched;
+    smddp__ksync_t ks;
 };
 
 /* What a rank publishes at setup. */
@@ -81,23 +78,11 @@ typedef struct cuda_card {
     uint64_t ks_scratch; /* 0: SMDDP_CUDA_SYNC=events */
     int64_t oneshot_max; /* SMDDP_CUDA_ONESHOT_MAX: one-shot and two-shot must agree */
     int32_t sms;         /* the GPU's multiprocessors */
-    int32_t pad2;
+    int32_t blocks_set;  /* SMDDP_CUDA_KERNEL_BLOCKS: grids must agree */
     char bus_id[32];
     cudaIpcMemHandle_t mem;
     cudaIpcEventHandle_t ev[EV_COUNT][2];
 } cuda_card_t;
-
-static smddp_status_t cuda_error(smddp_comm_t comm, const char *what, cudaError_t err)
-{
-    return smddp__error(SMDDP_ERR_SYSTEM, "rank %d: %s failed: %s (%s)", comm->rank, what,
-                        cudaGetErrorName(err), cudaGetErrorString(err));
-}
-
-#define CUDA_TRY(comm, call)                                                  \
-    do {                                                                      \
-        cudaError_t e_ = (call);                                              \
-        if (e_ != cudaSuccess) return cuda_error((comm), #call, e_);          \
-    } while (0)
 
 /* The device a buffer lives on, or an error saying it is not device memory. */
 static smddp_status_t buffer_device(smddp_comm_t comm, const void *p, const char *name, int *dev)
@@ -106,7 +91,7 @@ static smddp_status_t buffer_device(smddp_comm_t comm, const void *p, const char
     cudaError_t e = cudaPointerGetAttributes(&a, p);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return cuda_error(comm, "cudaPointerGetAttributes", e);
+        return smddp__cuda_error(comm, "cudaPointerGetAttributes", e);
     }
     if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
         return smddp__error(SMDDP_ERR_INVALID_ARGUMENT,
@@ -116,9 +101,6 @@ static smddp_status_t buffer_device(smddp_comm_t comm, const void *p, const char
     *dev = a.device;
     return SMDDP_OK;
 }
-
-static const char *ks_verdict(smddp_comm_t comm, const struct smddp__cuda *c);
-static smddp_status_t ks_check(smddp_comm_t comm, const struct smddp__cuda *c);
 
 /*
  * Frees the CUDA state. This rank's own reads are finished first (its
@@ -130,22 +112,7 @@ static smddp_status_t ks_check(smddp_comm_t comm, const struct smddp__cuda *c);
 static void free_state(smddp_comm_t comm, struct smddp__cuda *c, bool shared)
 {
     if (!c) return;
-    if (c->ks_done || c->ctl) cudaSetDevice(c->device);
-    if (c->ks_done) {
-        /* This rank's kernels may wait for peers: at most SMDDP_TIMEOUT. */
-        cudaEventSynchronize(c->ks_done);
-        cudaEventDestroy(c->ks_done);
-        if (c->ctl && __atomic_load_n(&c->ctl->failed, __ATOMIC_ACQUIRE))
-            SMDDP_WARN("rank %d: a CUDA collective kernel of this communicator gave up before "
-                       "it was destroyed (its output is not valid): %s",
-                       comm->rank, ks_verdict(comm, c));
-    }
-    if (c->ctl) {
-        pthread_mutex_lock(&comm->err_lock);
-        comm->cuda_abort = NULL;
-        pthread_mutex_unlock(&comm->err_lock);
-        cudaFreeHost(c->ctl);
-    }
+    smddp__ksync_release(comm, &c->ks);
     if (c->peers) {
         cudaSetDevice(c->device);
         cuda_peer_t *me = &c->peers[comm->local_rank];
@@ -171,18 +138,16 @@ static void free_state(smddp_comm_t comm, struct smddp__cuda *c, bool shared)
 }
 
 /*
- * The most blocks a collective kernel takes, agreed from every local rank's
- * card (so every rank launches the same grids): SMDDP_CUDA_KERNEL_BLOCKS,
- * else half the SMs of the smallest GPU, divided among the most ranks that
- * share one GPU (under MPS their kernels run at once, and each must fit
+ * The most blocks a collective kernel takes, the same on every rank (from
+ * every local rank's card), so that every rank launches the same grids:
+ * SMDDP_CUDA_KERNEL_BLOCKS up to the smallest GPU's SMs, else half of
+ * them, divided among the most ranks that share one GPU (under MPS their kernels run at once, and each must fit
  * beside the others while it spins). One block per SM fits (ipc_kernels.cu
  * launches 512 threads of up to 128 registers), so every block of a launch
  * is resident at once.
  */
 static int kernel_blocks(const cuda_card_t *cards, int n)
 {
-    int set = smddp__params()->cuda_kernel_blocks;
-    if (set > 0) return SMDDP_MIN(set, SMDDP_KS_MAX_BLOCKS);
     int sms = INT32_MAX, sharing = 1;
     for (int q = 0; q < n; q++) {
         int same = 0;
@@ -190,7 +155,9 @@ static int kernel_blocks(const cuda_card_t *cards, int n)
         sharing = SMDDP_MAX(sharing, same);
         sms = SMDDP_MIN(sms, cards[q].sms);
     }
-    return SMDDP_MAX(1, SMDDP_MIN(sms / 2 / sharing, SMDDP_KS_MAX_BLOCKS));
+    /* A setting (the same on every rank, checked) above the SMs would leave blocks unresident. */
+    int b = cards[0].blocks_set > 0 ? SMDDP_MIN(cards[0].blocks_set, sms) : sms / 2 / sharing;
+    return SMDDP_MAX(1, SMDDP_MIN(b, SMDDP_KS_MAX_BLOCKS));
 }
 
 /* Allocates this rank's buffer and events, exchanges handles, maps peers'. */
@@ -211,7 +178,9 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
                    comm->rank, SMDDP_KS_MAX_RANKS, comm->local_size);
         c->ks_on = false;
     }
-    c->ks_scratch = c->ks_on ? 2 * c->half : 0;
+    c->ks.scratch = c->ks_on ? 2 * c->half : 0;
+    c->ks.oneshot_max = prm->cuda_oneshot_max;
+    c->ks.device = device;
     c->peers = calloc((size_t)comm->local_size, sizeof(cuda_peer_t));
     if (!c->peers) {
         free(c);
@@ -225,8 +194,9 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
     memset(&card, 0, sizeof(card));
     card.pid = (int32_t)getpid();
     card.half = c->half;
-    card.ks_scratch = c->ks_scratch;
-    size_t alloc = 2 * c->half + (c->ks_on ? SMDDP_KS_SCRATCH_OFFSET + c->ks_scratch : 0);
+    card.ks_scratch = c->ks.scratch;
+    card.blocks_set = prm->cuda_kernel_blocks > 0 ? prm->cuda_kernel_blocks : 0;
+    size_t alloc = 2 * c->half + (c->ks_on ? smddp__ksync_region_bytes(c->ks.scratch) : 0);
     cudaError_t e = cudaMalloc((void **)&me->buf, alloc);
     if (e != cudaSuccess) {
         st = smddp__error(SMDDP_ERR_NO_MEMORY,
@@ -239,28 +209,14 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
     do {                                                                      \
         cudaError_t e_ = (call);                                              \
         if (e_ != cudaSuccess) {                                              \
-            st = cuda_error(comm, #call, e_);                                 \
+            st = smddp__cuda_error(comm, #call, e_);                                 \
             goto fail;                                                        \
         }                                                                     \
     } while (0)
     SETUP_TRY(cudaDeviceGetPCIBusId(card.bus_id, (int)sizeof(card.bus_id), device));
     card.oneshot_max = prm->cuda_oneshot_max;
     if (c->ks_on) {
-        /*
-         * Flags and launch counters start at zero before any peer can see
-         * them; on a stream of its own, so that another stream being
-         * captured into a CUDA graph is left alone.
-         */
-        cudaStream_t zs;
-        SETUP_TRY(cudaStreamCreateWithFlags(&zs, cudaStreamNonBlocking));
-        cudaError_t ze = cudaMemsetAsync(me->buf + 2 * c->half, 0, SMDDP_KS_SCRATCH_OFFSET, zs);
-        if (ze == cudaSuccess) ze = cudaStreamSynchronize(zs);
-        cudaStreamDestroy(zs);
-        SETUP_TRY(ze);
-        SETUP_TRY(cudaHostAlloc((void **)&c->ctl, sizeof(*c->ctl), cudaHostAllocMapped));
-        memset(c->ctl, 0, sizeof(*c->ctl));
-        SETUP_TRY(cudaHostGetDevicePointer((void **)&c->ks.control, c->ctl, 0));
-        SETUP_TRY(cudaEventCreateWithFlags(&c->ks_done, cudaEventDisableTiming));
+        SMDDP_CHECK_GOTO(smddp__ksync_prepare(comm, &c->ks, me->buf + 2 * c->half), st, fail);
         SETUP_TRY(cudaDeviceGetAttribute(&card.sms, cudaDevAttrMultiProcessorCount, device));
         cards = calloc((size_t)comm->local_size, sizeof(*cards));
         if (!cards) {
@@ -298,7 +254,7 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
         }
         memcpy(&theirs, v, sizeof(theirs));
         free(v);
-        if (theirs.ks_scratch != c->ks_scratch) {
+        if (theirs.ks_scratch != c->ks.scratch) {
             st = smddp__error(SMDDP_ERR_MISMATCH,
                               "rank %d: SMDDP_CUDA_SYNC differs between ranks (%s here, %s on "
                               "rank %d); set it the same everywhere",
@@ -311,6 +267,14 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
                               "rank %d: SMDDP_CUDA_ONESHOT_MAX differs between ranks (%" PRId64
                               " here, %" PRId64 " on rank %d); set it the same everywhere",
                               comm->rank, card.oneshot_max, theirs.oneshot_max,
+                              comm->local_ranks[q]);
+            goto fail;
+        }
+        if (theirs.blocks_set != card.blocks_set) {
+            st = smddp__error(SMDDP_ERR_MISMATCH,
+                              "rank %d: SMDDP_CUDA_KERNEL_BLOCKS differs between ranks (%d here, "
+                              "%d on rank %d; 0: unset); set it the same everywhere",
+                              comm->rank, (int)card.blocks_set, (int)theirs.blocks_set,
                               comm->local_ranks[q]);
             goto fail;
         }
@@ -352,22 +316,14 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
                 SETUP_TRY(cudaIpcOpenEventHandle(&p->ev[k][h], theirs.ev[k][h]));
     }
 #undef SETUP_TRY
-    if (c->ks_on) {
-        for (int q = 0; q < comm->local_size; q++)
-            c->ks.region[q] = (smddp__ks_region_t *)(c->peers[q].buf + 2 * c->half);
-        c->ks.rank = comm->local_rank;
-        c->ks.nranks = comm->local_size;
-        c->ks.max_blocks = kernel_blocks(cards, comm->local_size);
-        free(cards);
-        cards = NULL;
-    }
     /* Nobody unmaps or reuses anything until every peer has mapped it all. */
     SMDDP_CHECK_GOTO(smddp__shm_sync(comm, op), st, fail);
-    if (c->ctl) {
-        pthread_mutex_lock(&comm->err_lock);
-        comm->cuda_abort = &c->ctl->abort;
-        if (atomic_load(&comm->aborted)) c->ctl->abort = 1;
-        pthread_mutex_unlock(&comm->err_lock);
+    if (c->ks_on) {
+        char *regions[SMDDP_KS_MAX_RANKS];
+        for (int q = 0; q < comm->local_size; q++) regions[q] = c->peers[q].buf + 2 * c->half;
+        smddp__ksync_attach(comm, &c->ks, regions, kernel_blocks(cards, comm->local_size));
+        free(cards);
+        cards = NULL;
     }
     comm->cuda = c;
     SMDDP_INFO("rank %d: CUDA collectives on GPU %s (device %d), %zu-byte staging halves shared "
@@ -383,9 +339,27 @@ fail:
     return st;
 }
 
+/*
+ * Setup and teardown allocate and free, which a CUDA graph capture in
+ * global mode forbids on every thread: they run in relaxed mode.
+ */
+static enum cudaStreamCaptureMode relax_capture(void)
+{
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    return mode;
+}
+
+static void restore_capture(enum cudaStreamCaptureMode mode)
+{
+    cudaThreadExchangeStreamCaptureMode(&mode);
+}
+
 void smddp__cuda_teardown(smddp_comm_t comm)
 {
+    enum cudaStreamCaptureMode mode = relax_capture();
     free_state(comm, comm->cuda, comm->local_size > 1);
+    restore_capture(mode);
     comm->cuda = NULL;
 }
 
@@ -463,7 +437,7 @@ static smddp_status_t reduce_halves(step_t *s, void *dst, size_t off, size_t n)
     smddp__reduce_spec_t spec = s->op->spec;
     spec.avg_div = spec.op == SMDDP_AVG ? s->comm->size : 0;
     int e = smddp__cuda_reduce(&spec, dst, srcs, p, n / es, s->stream);
-    if (e != 0) return cuda_error(s->comm, "the reduction kernel", (cudaError_t)e);
+    if (e != 0) return smddp__cuda_error(s->comm, "the reduction kernel", (cudaError_t)e);
     return SMDDP_OK;
 }
 
@@ -567,117 +541,6 @@ static smddp_status_t blockwise(step_t *s, int src_root, bool reduce)
     return SMDDP_OK;
 }
 
-/* ---- SMDDP_CUDA_SYNC=kernel ------------------------------------------------ */
-
-/* Why this rank's kernels gave up, in words (the control block says they did). */
-static const char *ks_verdict(smddp_comm_t comm, const struct smddp__cuda *c)
-{
-    static _Thread_local char why[320];
-    const smddp__ks_control_t *ctl = c->ctl;
-    int q = (int)ctl->peer;
-    int rank = q >= 0 && q < comm->local_size ? comm->local_ranks[q] : -1;
-    switch (__atomic_load_n(&ctl->failed, __ATOMIC_ACQUIRE)) {
-    case SMDDP_KS_TIMEOUT:
-        snprintf(why, sizeof(why), "it stopped waiting for rank %d (barrier %u of block %u's "
-                 "launch %u): rank %d did not arrive within SMDDP_TIMEOUT (did it die, or issue "
-                 "another collective?)", rank, ctl->stage, ctl->block, ctl->epoch, rank);
-        break;
-    case SMDDP_KS_PEER:
-        snprintf(why, sizeof(why), "rank %d's kernel gave up waiting (timeout or abort there) "
-                 "and stopped this rank's (block %u)", rank, ctl->block);
-        break;
-    default:
-        snprintf(why, sizeof(why), "it stopped waiting for rank %d (barrier %u of block %u's "
-                 "launch %u): the communicator was aborted", rank, ctl->stage, ctl->block,
-                 ctl->epoch);
-        break;
-    }
-    return why;
-}
-
-/* The kernels' verdict on this rank's earlier launches. */
-static smddp_status_t ks_check(smddp_comm_t comm, const struct smddp__cuda *c)
-{
-    uint32_t why = __atomic_load_n(&c->ctl->failed, __ATOMIC_ACQUIRE);
-    if (why == SMDDP_KS_OK) return SMDDP_OK;
-    return smddp__error(why == SMDDP_KS_ABORTED ? SMDDP_ERR_ABORTED : SMDDP_ERR_TIMEOUT,
-                        "rank %d: a CUDA collective kernel gave up, so its output is not valid: %s",
-                        comm->rank, ks_verdict(comm, c));
-}
-
-/* One launch of job on the op's stream. */
-static smddp_status_t ks_run(step_t *s, const smddp__ks_job_t *job)
-{
-    struct smddp__cuda *c = s->c;
-    SMDDP_CHECK(ks_check(s->comm, c));
-    int64_t ms = smddp__op_timeout_ms(s->comm, s->op);
-    c->ks.timeout_ns = ms > 0 ? (uint64_t)ms * 1000000u : UINT64_MAX;
-    smddp__reduce_spec_t spec = s->op->spec;
-    spec.avg_div = spec.op == SMDDP_AVG ? s->comm->size : 0;
-    /*
-     * Every launch waits for the one before it, wherever that ran: another
-     * stream, or a CUDA graph replayed since. Launches running side by side
-     * would share the launch counters and the scratch. Under capture, the
-     * wait and the record are "external" nodes, so that every replay waits
-     * for the latest launch and records its own.
-     */
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    CUDA_TRY(s->comm, cudaStreamIsCapturing(s->stream, &cap));
-    bool captured = cap == cudaStreamCaptureStatusActive;
-    if (c->ks_launched) {
-        cudaError_t w = cudaStreamWaitEvent(s->stream, c->ks_done,
-                                            captured ? cudaEventWaitExternal : 0);
-        if (w != cudaSuccess)
-            return smddp__error(SMDDP_ERR_SYSTEM,
-                                "rank %d: ordering this CUDA %s after this communicator's previous "
-                                "one failed: %s",
-                                s->comm->rank, smddp__op_kind_name(s->op->kind),
-                                cudaGetErrorString(w));
-    }
-    int e = smddp__ks_launch(&c->ks, job, &spec, s->stream);
-    if (e != 0) return cuda_error(s->comm, "the collective kernel's launch", (cudaError_t)e);
-    if (captured)
-        CUDA_TRY(s->comm, cudaEventRecordWithFlags(c->ks_done, s->stream, cudaEventRecordExternal));
-    else
-        CUDA_TRY(s->comm, cudaEventRecord(c->ks_done, s->stream));
-    c->ks_launched = true;
-    return SMDDP_OK;
-}
-
-/*
- * Runs kind over bytes per rank in chunks that fit the scratch (rows of the
- * input, or of the output, pitch apart): chunk k of every row in launch k.
- */
-static smddp_status_t ks_chunks(step_t *s, smddp__ks_kind_t kind, size_t bytes, size_t pitch)
-{
-    smddp__op_t *op = s->op;
-    size_t room = s->c->ks_scratch;
-    if (kind == SMDDP_KS_REDUCE_SCATTER) room /= (size_t)s->comm->local_size;
-    size_t chunk = room / SMDDP_KS_VEC * SMDDP_KS_VEC;
-    for (size_t off = 0; off < bytes; off += chunk) {
-        smddp__ks_job_t job = {kind, (const char *)op->sendbuf + off, (char *)op->recvbuf + off,
-                               SMDDP_MIN(chunk, bytes - off), pitch};
-        SMDDP_CHECK(ks_run(s, &job));
-    }
-    return SMDDP_OK;
-}
-
-static smddp_status_t ks_allreduce(step_t *s)
-{
-    size_t bytes = s->op->count * smddp__dtype_size(s->op->dtype);
-    bool oneshot = bytes <= (size_t)smddp__params()->cuda_oneshot_max || s->comm->local_size == 1;
-    s->op->algo = oneshot ? "kernel one-shot" : "kernel two-shot";
-    return ks_chunks(s, oneshot ? SMDDP_KS_ALLREDUCE_ONESHOT : SMDDP_KS_ALLREDUCE_TWOSHOT, bytes,
-                     0);
-}
-
-static smddp_status_t ks_blocks(step_t *s, smddp__ks_kind_t kind)
-{
-    size_t block = s->op->count * smddp__dtype_size(s->op->dtype);
-    s->op->algo = "kernel";
-    return ks_chunks(s, kind, block, block);
-}
-
 static smddp_status_t broadcast(step_t *s, int root)
 {
     smddp__op_t *op = s->op;
@@ -718,14 +581,19 @@ static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op, smdd
     else CUDA_TRY(comm, cudaGetDevice(&dev));
     CUDA_TRY(comm, cudaSetDevice(dev));
     if (!ipc) return algo(comm, op);
-    if (!comm->cuda) SMDDP_CHECK(setup(comm, op, dev));
+    if (!comm->cuda) {
+        enum cudaStreamCaptureMode mode = relax_capture();
+        smddp_status_t st = setup(comm, op, dev);
+        restore_capture(mode);
+        SMDDP_CHECK(st);
+    }
     if (comm->cuda->device != dev)
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
                             "rank %d: this communicator's CUDA collectives run on device %d, but "
                             "this buffer is on device %d; use one device per communicator",
                             comm->rank, comm->cuda->device, dev);
     /* A kernel that gave up fails whatever comes next, not only the next kernel. */
-    if (comm->cuda->ks_on) SMDDP_CHECK(ks_check(comm, comm->cuda));
+    if (comm->cuda->ks_on) SMDDP_CHECK(smddp__ksync_check(comm, &comm->cuda->ks));
     if (smddp__log_level() >= SMDDP_LOG_TRACE) {
         char desc[256];
         smddp__op_describe(op, desc, sizeof(desc));
@@ -752,13 +620,13 @@ static int local_root(smddp_comm_t comm, const smddp__op_t *op)
         step_t s = step_of(comm, op);                                      \
         return body;                                                       \
     }
-CUDA_ALGO(allreduce, s.c->ks_on ? ks_allreduce(&s) : allreduce(&s, -1))
+CUDA_ALGO(allreduce, s.c->ks_on ? smddp__ksync_allreduce(comm, &s.c->ks, op) : allreduce(&s, -1))
 CUDA_ALGO(reduce, allreduce(&s, local_root(comm, op)))
 CUDA_ALGO(broadcast, broadcast(&s, local_root(comm, op)))
-CUDA_ALGO(allgather, s.c->ks_on ? ks_blocks(&s, SMDDP_KS_ALLGATHER) : gather(&s, -1))
+CUDA_ALGO(allgather, s.c->ks_on ? smddp__ksync_allgather(comm, &s.c->ks, op) : gather(&s, -1))
 CUDA_ALGO(gather, gather(&s, local_root(comm, op)))
 CUDA_ALGO(reduce_scatter,
-          s.c->ks_on ? ks_blocks(&s, SMDDP_KS_REDUCE_SCATTER) : blockwise(&s, -1, true))
+          s.c->ks_on ? smddp__ksync_reduce_scatter(comm, &s.c->ks, op) : blockwise(&s, -1, true))
 CUDA_ALGO(alltoall, blockwise(&s, -1, false))
 CUDA_ALGO(scatter, blockwise(&s, local_root(comm, op), false))
 #undef CUDA_ALGO

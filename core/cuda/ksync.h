@@ -157,9 +157,10 @@ SMDDP_KS_FN uint32_t smddp__ks_load_relaxed(const uint32_t *p)
     return *(const volatile uint32_t *)p;
 }
 
+/* given_up is also written by peers (system scope). */
 SMDDP_KS_FN bool smddp__ks_claim(uint32_t *p, uint32_t v)
 {
-    return atomicCAS((unsigned int *)p, 0u, v) == 0u;
+    return atomicCAS_system((unsigned int *)p, 0u, v) == 0u;
 }
 
 SMDDP_KS_FN uint64_t smddp__ks_now_ns(void)

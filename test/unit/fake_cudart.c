@@ -350,6 +350,12 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t st, enum cudaStreamCaptureStatus 
     return cudaSuccess;
 }
 
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
+{
+    (void)mode;
+    return cudaSuccess;
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t st)
 {
     drain(resolve(st));
@@ -501,12 +507,15 @@ cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
     return cudaSuccess;
 }
 
-/* Three "multiprocessors" (so the collective kernels run several blocks); nothing else is known. */
+/*
+ * 16 "multiprocessors": the collective kernels' grids (half, shared among the
+ * ranks on this one GPU) then have several blocks. Nothing else is known.
+ */
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
 {
     (void)device;
     if (attr != cudaDevAttrMultiProcessorCount) return cudaErrorNotSupported;
-    *value = 3;
+    *value = 16;
     return cudaSuccess;
 }
 

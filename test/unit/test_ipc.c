@@ -320,20 +320,27 @@ static void test_streams_kernel_3(void **s) { (void)s; run(3, streams_rank, ENV_
 static void test_kernel_dead_peer_3(void **s) { (void)s; run(3, dead_peer_rank, "SMDDP_CUDA_SYNC=kernel SMDDP_TIMEOUT=2"); }
 static void test_kernel_abort_2(void **s) { (void)s; run(2, abort_rank, "SMDDP_CUDA_SYNC=kernel SMDDP_TIMEOUT=60"); }
 
-/* Ranks that disagree on SMDDP_CUDA_SYNC fail the first CUDA collective, saying so. */
+/* A setting and the value each rank gives it. */
+typedef struct differ {
+    const char *name, *values[2];
+} differ_t;
+
+/* Ranks that disagree on a setting the CUDA path needs the same everywhere fail, saying so. */
 static void mismatch_rank(smddp_comm_t comm, int rank, int size, void *arg)
 {
-    (void)arg;
+    const differ_t *d = arg;
     (void)size;
     /* The harness gives every rank the same environment: each sets its own before its first CUDA call. */
-    setenv("SMDDP_CUDA_SYNC", rank == 0 ? "kernel" : "events", 1);
+    setenv(d->name, d->values[rank], 1);
     smddp__params_reload();
     cudaStream_t st;
     cudaStreamCreate(&st);
     smddp_coll_attr_t attr = cuda_attr(st);
     int32_t *buf = dev(64);
     smddp_status_t s = smddp_allreduce(comm, buf, buf, 16, SMDDP_INT32, SMDDP_SUM, &attr, NULL);
-    H_CHECK(s != SMDDP_OK && strstr(smddp_get_last_error(comm), "SMDDP_CUDA_SYNC differs"),
+    char want[64];
+    snprintf(want, sizeof(want), "%s differs", d->name);
+    H_CHECK(s != SMDDP_OK && strstr(smddp_get_last_error(comm), want),
             "rank %d: status %d, \"%s\"", rank, (int)s, smddp_get_last_error(comm));
     _exit(0);
 }
@@ -341,10 +348,17 @@ static void mismatch_rank(smddp_comm_t comm, int rank, int size, void *arg)
 static void test_sync_mismatch(void **s)
 {
     (void)s;
-    harness_opts_t opts = {0};
-    opts.timeout_s = 60;
-    opts.env = "SMDDP_TIMEOUT=10";
-    assert_int_equal(harness_run(2, mismatch_rank, NULL, &opts), 0);
+    static const differ_t settings[] = {
+        {"SMDDP_CUDA_SYNC", {"kernel", "events"}},
+        {"SMDDP_CUDA_ONESHOT_MAX", {"1024", "4096"}},
+        {"SMDDP_CUDA_KERNEL_BLOCKS", {"2", "0"}},
+    };
+    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
+        harness_opts_t opts = {0};
+        opts.timeout_s = 60;
+        opts.env = "SMDDP_TIMEOUT=10 SMDDP_CUDA_SYNC=kernel";
+        assert_int_equal(harness_run(2, mismatch_rank, (void *)&settings[i], &opts), 0);
+    }
 }
 
 int main(void)

@@ -1,0 +1,63 @@
+/*
+ * The host side of SMDDP_CUDA_SYNC=kernel (kernel_sync.c): allreduce,
+ * reduce-scatter and allgather inside a node as launches of ipc_kernels.cu,
+ * which meet their peers through flags in device memory (ksync.h). Each
+ * rank's region (flags, launch counters, scratch) lies in the allocation
+ * coll_cuda.c shares through CUDA IPC, after the staging halves; coll_cuda.c
+ * sets it up, maps the peers' and calls in here. Only built with CUDA.
+ */
+#ifndef SMDDP_CORE_CUDA_KERNEL_SYNC_H
+#define SMDDP_CORE_CUDA_KERNEL_SYNC_H
+
+#include <cuda_runtime_api.h>
+
+#include "../comm.h"
+#include "ksync.h"
+
+typedef struct smddp__ksync {
+    size_t scratch;            /* bytes of scratch in each rank's region */
+    int64_t oneshot_max;       /* SMDDP_CUDA_ONESHOT_MAX, as every rank agreed at setup */
+    smddp__ks_comm_t ks;       /* what every launch gets */
+    smddp__ks_control_t *ctl;  /* this rank's control block, as the host sees it */
+    cudaEvent_t done;          /* recorded after this rank's latest launch, eager or replayed */
+    bool launched;
+    int device;
+} smddp__ksync_t;
+
+/* Bytes of a region with scratch bytes of scratch. */
+static inline size_t smddp__ksync_region_bytes(size_t scratch)
+{
+    return SMDDP_KS_SCRATCH_OFFSET + scratch;
+}
+
+/*
+ * Before this rank's region is published: zeroes its flags and counters
+ * (device memory at region), allocates the control block and the event.
+ * k->scratch, k->oneshot_max and k->device are set by the caller.
+ */
+smddp_status_t smddp__ksync_prepare(smddp_comm_t comm, smddp__ksync_t *k, void *region);
+
+/*
+ * Once every peer's region is mapped (regions[q], this rank's own at
+ * local_rank): the kernels' view of them, and the abort word handed to
+ * smddp__comm_abort. max_blocks is the grid limit every rank agreed.
+ */
+void smddp__ksync_attach(smddp_comm_t comm, smddp__ksync_t *k, char *const *regions,
+                         int max_blocks);
+
+/* The kernels' verdict on this rank's earlier launches: an error once they gave up. */
+smddp_status_t smddp__ksync_check(smddp_comm_t comm, const smddp__ksync_t *k);
+
+/* op on its stream, the op's device current. */
+smddp_status_t smddp__ksync_allreduce(smddp_comm_t comm, smddp__ksync_t *k, smddp__op_t *op);
+smddp_status_t smddp__ksync_reduce_scatter(smddp_comm_t comm, smddp__ksync_t *k, smddp__op_t *op);
+smddp_status_t smddp__ksync_allgather(smddp_comm_t comm, smddp__ksync_t *k, smddp__op_t *op);
+
+/*
+ * Waits for this rank's launches (each ends within SMDDP_TIMEOUT), says so
+ * if they gave up, frees the control block and the event. The region
+ * itself belongs to coll_cuda.c's allocation.
+ */
+void smddp__ksync_release(smddp_comm_t comm, smddp__ksync_t *k);
+
+#endif /* SMDDP_CORE_CUDA_KERNEL_SYNC_H */
