@@ -11,6 +11,7 @@
 
 #include "bootstrap.h"
 #include "comm.h"
+#include "cuda/coll_cuda.h"
 #include "cuda/stage.h"
 #include "exec.h"
 #include "fail.h"
@@ -169,7 +170,8 @@ smddp_status_t smddp_comm_abort(smddp_comm_t comm)
 smddp_status_t smddp_comm_status(smddp_comm_t comm)
 {
     if (!comm) return INVALID(NULL, "smddp_comm_status: comm is NULL");
-    if (!atomic_load(&comm->aborted)) return SMDDP_OK;
+    /* A CUDA collective kernel that gave up after its host returned fails the communicator here. */
+    if (!atomic_load(&comm->aborted) && smddp__cuda_status(comm) == SMDDP_OK) return SMDDP_OK;
     return comm->abort_status < 0 ? comm->abort_status : SMDDP_ERR_ABORTED;
 }
 

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "coll_cuda.h"
+#include "../fail.h"
 #include "../param.h"
 #include "../transport/shm.h"
 #include "../topo.h"
@@ -631,6 +632,15 @@ CUDA_ALGO(alltoall, blockwise(&s, -1, false))
 CUDA_ALGO(scatter, blockwise(&s, local_root(comm, op), false))
 #undef CUDA_ALGO
 
+smddp_status_t smddp__cuda_status(smddp_comm_t comm)
+{
+    struct smddp__cuda *c = comm->cuda;
+    if (!c || !c->ks_on) return SMDDP_OK;
+    smddp_status_t st = smddp__ksync_check(comm, &c->ks);
+    if (st != SMDDP_OK) smddp__comm_abort(comm, st, smddp__last_error());
+    return st;
+}
+
 smddp_status_t smddp__cuda_usable(const char *fn)
 {
     int n = 0;
@@ -668,6 +678,12 @@ smddp_status_t smddp__cuda_usable(const char *fn)
 void smddp__cuda_teardown(smddp_comm_t comm)
 {
     (void)comm;
+}
+
+smddp_status_t smddp__cuda_status(smddp_comm_t comm)
+{
+    (void)comm;
+    return SMDDP_OK;
 }
 
 #endif

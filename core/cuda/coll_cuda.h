@@ -29,6 +29,13 @@ smddp_status_t smddp__cuda_ipc_scatter(smddp_comm_t comm, smddp__op_t *op);
 /* Whether a CUDA device is usable here (fn names the caller in the message). */
 smddp_status_t smddp__cuda_usable(const char *fn);
 
+/*
+ * SMDDP_CUDA_SYNC=kernel: an error once a collective kernel of comm gave up
+ * (comm is then aborted with it), which a stream synchronisation alone does
+ * not report; SMDDP_OK otherwise, and without CUDA.
+ */
+smddp_status_t smddp__cuda_status(smddp_comm_t comm);
+
 /* Frees the CUDA IPC state (destroy). */
 void smddp__cuda_teardown(smddp_comm_t comm);
 

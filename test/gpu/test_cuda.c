@@ -580,6 +580,8 @@ static void run_ks_dead_peer(smddp_comm_t comm, int rank, int size, void *arg)
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     H_CHECK(s >= 2.9 && s < 15.0, "rank %d: the kernel waiting for a dead rank ended after %.2f s "
             "(SMDDP_TIMEOUT is 3 s)", rank, s);
+    H_CHECK(smddp_comm_status(comm) != SMDDP_OK, "rank %d: smddp_comm_status is OK after the "
+            "kernel gave up", rank);
     smddp_status_t st = smddp_allreduce(comm, buf, buf, (int64_t)n, SMDDP_FLOAT32, SMDDP_SUM, &attr, NULL);
     /* Timed out here, or stopped by the other survivor's kernel, or its abort came first. */
     char dead[32];

@@ -263,6 +263,9 @@ static void dead_peer_rank(smddp_comm_t comm, int rank, int size, void *arg)
     H_CHECK(ended >= 1.9 && ended < 10.0,
             "rank %d: the kernel waiting for a dead rank ended after %.2f s (SMDDP_TIMEOUT 2 s)", rank,
             ended);
+    /* The stream finished; the communicator says it failed, before any later call. */
+    H_CHECK(smddp_comm_status(comm) != SMDDP_OK, "rank %d: smddp_comm_status is OK after the "
+            "kernel gave up", rank);
     smddp_status_t s = smddp_allreduce(comm, buf, buf, (int64_t)n, SMDDP_INT32, SMDDP_SUM, &attr, NULL);
     /*
      * This rank's kernel timed out waiting for the dead one, or the other

@@ -393,7 +393,10 @@ SMDDP_API smddp_status_t smddp_comm_destroy(smddp_comm_t comm);
  * SMDDP_ERR_PEER_LOST, SMDDP_ERR_MISMATCH, SMDDP_ERR_ABORTED for an abort by
  * the application or adopted from a peer, ...), whose message
  * smddp_get_last_error(comm) gives. SMDDP_ERR_INVALID_ARGUMENT for a NULL
- * comm. Local; safe from any thread.
+ * comm. Local; safe from any thread. With SMDDP_CUDA_SYNC=kernel, a
+ * collective kernel that gave up after the call returned (its stream then
+ * finishes, with an invalid result) fails the communicator here, or at its
+ * next CUDA collective.
  */
 SMDDP_API smddp_status_t smddp_comm_status(smddp_comm_t comm);
 
