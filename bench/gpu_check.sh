@@ -22,8 +22,8 @@
 #   7. torch's nccl backend with libsmddp preloaded: the interposer serves it
 #   8. SMDDP_CUDA_SYNC=kernel (flags in device memory): latency 8 B to 1 MiB
 #      and busbw to 256 MiB for 2 and 4 ranks beside the events path; one-shot
-#      against two-shot (SMDDP_CUDA_ONESHOT_MAX) for the crossover; through
-#      torch beside torch's add (its GPU tests are in step 2)
+#      against two-shot (SMDDP_CUDA_ONESHOT_MAX) for the crossover; the torch
+#      GPU tests and torch bench on it (its C GPU tests are in step 2)
 # The limits add up to more than one 10-minute device call: on a lent GPU, run
 # it in two calls (STEPS="build gpu_tests ..." picks steps; default all).
 # Logs go to OUT_DIR (default build-gpu/check); a summary line ends the run.
@@ -114,6 +114,7 @@ step coll_kernel_2 90 env SMDDP_CUDA_SYNC=kernel "$B" coll -p 2 -b 1M -e 256M
 step coll_kernel_4 120 env SMDDP_CUDA_SYNC=kernel "$B" coll -p 4 -b 8 -e 256M
 step oneshot_only_2 60 env SMDDP_CUDA_SYNC=kernel SMDDP_CUDA_ONESHOT_MAX=1G "$B" coll -p 2 -b 4K -e 64M
 step twoshot_only_2 60 env SMDDP_CUDA_SYNC=kernel SMDDP_CUDA_ONESHOT_MAX=0 "$B" coll -p 2 -b 4K -e 64M
+step torch_tests_kernel 240 env SMDDP_CUDA_SYNC=kernel $PY -m pytest test/python/test_gpu.py -v -p no:cacheprovider
 step torch_bench_kernel 180 env SMDDP_CUDA_SYNC=kernel $PY bench/gpu_torch_bench.py --ranks 2 4 --min-bytes 8 --max-bytes 256M
 
 nfail=${#failed[@]}
