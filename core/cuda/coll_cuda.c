@@ -113,9 +113,9 @@ static smddp_status_t buffer_device(smddp_comm_t comm, const void *p, const char
 static void free_state(smddp_comm_t comm, struct smddp__cuda *c, bool shared)
 {
     if (!c) return;
+    cudaSetDevice(c->device);
     smddp__ksync_release(comm, &c->ks);
     if (c->peers) {
-        cudaSetDevice(c->device);
         cuda_peer_t *me = &c->peers[comm->local_rank];
         for (int k = 0; k < EV_COUNT; k++)
             for (int h = 0; h < 2; h++)
@@ -181,7 +181,6 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
     }
     c->ks.scratch = c->ks_on ? 2 * c->half : 0;
     c->ks.oneshot_max = prm->cuda_oneshot_max;
-    c->ks.device = device;
     c->peers = calloc((size_t)comm->local_size, sizeof(cuda_peer_t));
     if (!c->peers) {
         free(c);
@@ -593,7 +592,7 @@ static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op, smdd
                             "rank %d: this communicator's CUDA collectives run on device %d, but "
                             "this buffer is on device %d; use one device per communicator",
                             comm->rank, comm->cuda->device, dev);
-    /* A kernel that gave up fails whatever comes next, not only the next kernel. */
+    /* A kernel that gave up fails whatever CUDA collective comes next. */
     if (comm->cuda->ks_on) SMDDP_CHECK(smddp__ksync_check(comm, &comm->cuda->ks));
     if (smddp__log_level() >= SMDDP_LOG_TRACE) {
         char desc[256];

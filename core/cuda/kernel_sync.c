@@ -90,7 +90,6 @@ static smddp_status_t run(smddp_comm_t comm, smddp__ksync_t *k, smddp__op_t *op,
                           const smddp__ks_job_t *job)
 {
     cudaStream_t stream = (cudaStream_t)op->stream;
-    SMDDP_CHECK(smddp__ksync_check(comm, k));
     int64_t ms = smddp__op_timeout_ms(comm, op);
     k->ks.timeout_ns = ms <= 0 || (uint64_t)ms >= UINT64_MAX / 1000000u ? UINT64_MAX
                                                                          : (uint64_t)ms * 1000000u;
@@ -168,7 +167,6 @@ smddp_status_t smddp__ksync_allgather(smddp_comm_t comm, smddp__ksync_t *k, smdd
 void smddp__ksync_release(smddp_comm_t comm, smddp__ksync_t *k)
 {
     if (k->done) {
-        cudaSetDevice(k->device);
         /* This rank's kernels may wait for peers: at most SMDDP_TIMEOUT. */
         cudaEventSynchronize(k->done);
         cudaEventDestroy(k->done);

@@ -21,7 +21,6 @@ typedef struct smddp__ksync {
     smddp__ks_control_t *ctl;  /* this rank's control block, as the host sees it */
     cudaEvent_t done;          /* recorded after this rank's latest launch, eager or replayed */
     bool launched;
-    int device;
 } smddp__ksync_t;
 
 /* Bytes of a region with scratch bytes of scratch. */
@@ -33,7 +32,7 @@ static inline size_t smddp__ksync_region_bytes(size_t scratch)
 /*
  * Before this rank's region is published: zeroes its flags and counters
  * (device memory at region), allocates the control block and the event.
- * k->scratch, k->oneshot_max and k->device are set by the caller.
+ * k->scratch and k->oneshot_max are set by the caller.
  */
 smddp_status_t smddp__ksync_prepare(smddp_comm_t comm, smddp__ksync_t *k, void *region);
 
@@ -55,7 +54,8 @@ smddp_status_t smddp__ksync_allgather(smddp_comm_t comm, smddp__ksync_t *k, smdd
 
 /*
  * Waits for this rank's launches (each ends within SMDDP_TIMEOUT), says so
- * if they gave up, frees the control block and the event. The region
+ * if they gave up, frees the control block and the event; the region's
+ * device is current. The region
  * itself belongs to coll_cuda.c's allocation.
  */
 void smddp__ksync_release(smddp_comm_t comm, smddp__ksync_t *k);
