@@ -318,19 +318,27 @@ void smddp__shm_abort(smddp_comm_t comm, const char *msg)
     }
 }
 
-/* True when the process behind local rank lr is gone (or a zombie). */
+static bool pid_gone(pid_t pid)
+{
+    return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+/*
+ * True when the process behind local rank lr is gone (or a zombie). A zombie
+ * can be reaped between the checks, so a /proc entry that vanished counts.
+ */
 static bool peer_dead(smddp__shm_t *s, int lr)
 {
     pid_t pid = atomic_load(&s->ctrl[lr].pid);
     if (pid <= 0) return false;
-    if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+    if (pid_gone(pid)) return true;
     char path[64], buf[256];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
+    if (fd < 0) return pid_gone(pid);
     ssize_t n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
-    if (n <= 0) return false;
+    if (n <= 0) return pid_gone(pid);
     buf[n] = '\0';
     const char *paren = strrchr(buf, ')');
     return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
