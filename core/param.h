@@ -52,6 +52,7 @@ typedef struct smddp__params {
     int64_t cuda_oneshot_max;   /* SMDDP_CUDA_ONESHOT_MAX bytes */
     smddp__cuda_sync_t cuda_sync; /* SMDDP_CUDA_SYNC */
     int cuda_kernel_blocks;     /* SMDDP_CUDA_KERNEL_BLOCKS, 0: automatic */
+    int64_t cuda_register_min;  /* SMDDP_CUDA_REGISTER_MIN bytes, 0: never */
     char nccl_library[256];     /* SMDDP_NCCL_LIBRARY: "" = libnccl.so.2 */
     smddp__cuda_net_t cuda_net; /* SMDDP_CUDA_NET */
     int64_t cuda_stage_chunk;   /* SMDDP_CUDA_STAGE_CHUNK bytes */

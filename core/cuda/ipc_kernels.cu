@@ -4,8 +4,9 @@
  * chunk, no interprocess event, no host barrier.
  *
  * Each block copies its vectors of this rank's input into this rank's
- * scratch, meets its peers' block of the same index, and reads their
- * scratch: a one-shot allreduce reduces every rank's copy in rank order; a
+ * scratch (unless the input is registered: then peers read it in place),
+ * meets its peers' block of the same index, and reads their data: a
+ * one-shot allreduce reduces every rank's copy in rank order; a
  * two-shot one reduces only this rank's piece, in place, meets again, and
  * gathers the pieces; a reduce-scatter reduces row `rank` of every copy; an
  * allgather copies every rank's scratch into its row of the output. The
@@ -95,16 +96,32 @@ __device__ __forceinline__ void copy_in(char *scratch, const char *src, size_t b
         }
 }
 
-/* The reduction, in rank order, of every rank's vector at scratch offset off. */
+/*
+ * Block-wide, after barrier 0: where every rank's data for this launch is
+ * (its scratch or its registered buffer), at row `row` of it.
+ */
+__device__ __forceinline__ void sources(const smddp__ks_comm_t &c, const smddp__ks_job_t &j,
+                                        int row, const char **src)
+{
+    if ((int)threadIdx.x < c.nranks) {
+        size_t stride;
+        const char *p = smddp__ks_src(&c, &j, (int)blockIdx.x, (int)threadIdx.x, &stride);
+        src[threadIdx.x] = p + (size_t)row * stride;
+    }
+    __syncthreads();
+}
+
+/* The reduction, in rank order, of every rank's vector at offset off of src. */
 template <smddp_dtype_t DT, smddp_op_t ACC, smddp_op_t OUT>
-__device__ __forceinline__ uint4 reduce_vec(const smddp__ks_comm_t &c, size_t off,
-                                            typename Elem<DT>::A p, typename Elem<DT>::D d)
+__device__ __forceinline__ uint4 reduce_vec(const smddp__ks_comm_t &c, const char *const *src,
+                                            size_t off, typename Elem<DT>::A p,
+                                            typename Elem<DT>::D d)
 {
     uint4 w[SMDDP_KS_MAX_RANKS];
     /* Every load in flight before any arithmetic. */
 #pragma unroll
     for (int q = 0; q < SMDDP_KS_MAX_RANKS; q++)
-        if (q < c.nranks) w[q] = load_peer(smddp__ks_scratch(&c, q) + off);
+        if (q < c.nranks) w[q] = load_peer(src[q] + off);
     smddp_cuda::Vec<DT, ACC, OUT> acc;
     acc.first(w[0], p);
 #pragma unroll
@@ -128,16 +145,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     char *own = smddp__ks_scratch(&c, me);
     char *out = static_cast<char *>(j.out);
     const bool rs = j.kind == SMDDP_KS_REDUCE_SCATTER;
+    __shared__ const char *src[SMDDP_KS_MAX_RANKS];
 
-    copy_in(own, static_cast<const char *>(j.in), j.bytes, j.pitch, rs ? c.nranks : 1);
+    if (threadIdx.x == 0) smddp__ks_publish_src(&c, &j, (int)blockIdx.x);
+    if (!j.slot)
+        copy_in(own, static_cast<const char *>(j.in), j.bytes, j.pitch, rs ? c.nranks : 1);
     if (!barrier(c, 0, e)) return;
+    /* One-shot and two-shot: every rank's data; the reduce-scatter: row me of it. */
+    sources(c, j, rs ? me : 0, src);
 
     if (j.kind != SMDDP_KS_ALLREDUCE_TWOSHOT) {
-        /* One-shot, or the reduce-scatter: row me of every rank's copy. */
-        const size_t row = rs ? (size_t)me * nvec * SMDDP_KS_VEC : 0;
         for (size_t i = tid; i < nvec; i += stride) {
             size_t off = i * SMDDP_KS_VEC;
-            store16(out + off, reduce_vec<DT, ACC, OUT>(c, row + off, p, d), j.bytes - off);
+            store16(out + off, reduce_vec<DT, ACC, OUT>(c, src, off, p, d), j.bytes - off);
         }
         barrier(c, 1, e);
         return;
@@ -147,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     smddp__ks_piece(nvec, c.nranks, me, &lo, &hi);
     for (size_t i = smddp__ks_first(lo, tid, stride); i < hi; i += stride) {
         size_t off = i * SMDDP_KS_VEC;
-        *reinterpret_cast<uint4 *>(own + off) = reduce_vec<DT, ACC, OUT>(c, off, p, d);
+        *reinterpret_cast<uint4 *>(own + off) = reduce_vec<DT, ACC, OUT>(c, src, off, p, d);
     }
     if (!barrier(c, 1, e)) return;
     for (size_t i = tid; i < nvec; i += stride) {
@@ -165,11 +185,17 @@ __global__ void __launch_bounds__(kThreads, 1) gather_kernel(smddp__ks_comm_t c,
     const size_t nvec = smddp__ks_vectors(j.bytes), stride = (size_t)gridDim.x * blockDim.x;
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     char *out = static_cast<char *>(j.out);
+    __shared__ const char *src[SMDDP_KS_MAX_RANKS];
 
-    copy_in(smddp__ks_scratch(&c, c.rank), static_cast<const char *>(j.in), j.bytes, 0, 1);
+    if (threadIdx.x == 0) smddp__ks_publish_src(&c, &j, (int)blockIdx.x);
+    if (!j.slot)
+        copy_in(smddp__ks_scratch(&c, c.rank), static_cast<const char *>(j.in), j.bytes, 0, 1);
     if (!barrier(c, 0, e)) return;
+    sources(c, j, 0, src);
     for (int q = 0; q < c.nranks; q++) {
-        const char *theirs = smddp__ks_scratch(&c, q);
+        const char *theirs = src[q];
+        /* In place, this rank's row of the output is its input: already there. */
+        if (theirs == out + (size_t)q * j.pitch) continue;
         for (size_t i = tid; i < nvec; i += stride) {
             size_t off = i * SMDDP_KS_VEC;
             store16(out + (size_t)q * j.pitch + off, load_peer(theirs + off), j.bytes - off);

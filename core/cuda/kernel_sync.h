@@ -14,6 +14,13 @@
 #include "../comm.h"
 #include "ksync.h"
 
+/* A buffer this rank registered: its allocation, as the driver names it. */
+typedef struct smddp__ks_reg {
+    uintptr_t base;
+    size_t size;
+    uint64_t id; /* the driver's buffer ID: a new allocation at the same address differs */
+} smddp__ks_reg_t;
+
 typedef struct smddp__ksync {
     size_t scratch;            /* bytes of scratch in each rank's region */
     int64_t oneshot_max;       /* SMDDP_CUDA_ONESHOT_MAX, as every rank agreed at setup */
@@ -21,6 +28,21 @@ typedef struct smddp__ksync {
     smddp__ks_control_t *ctl;  /* this rank's control block, as the host sees it */
     cudaEvent_t done;          /* recorded after this rank's latest launch, eager or replayed */
     bool launched;
+    /*
+     * Registration (SMDDP_CUDA_REGISTER_MIN; own and mapped NULL where it
+     * cannot work here).
+     * This rank's slots are published in order through the store, their
+     * count in its shm word 0; word 1 + q counts the slots of local rank q
+     * this rank has mapped (and written into its region's peer_base).
+     */
+    size_t register_min;
+    smddp__ks_reg_t *own;      /* SMDDP_KS_SLOTS entries, nown used */
+    int nown;
+    uint32_t opened[SMDDP_KS_MAX_RANKS];
+    bool open_failed[SMDDP_KS_MAX_RANKS]; /* stop mapping that peer's slots */
+    void **mapped;             /* [q * SMDDP_KS_SLOTS + s]: peers' slots as mapped here */
+    cudaStream_t reg_stream;   /* writes peer_base */
+    void *get_attributes;      /* the driver's cuPointerGetAttributes */
 } smddp__ksync_t;
 
 /* Bytes of a region with scratch bytes of scratch. */

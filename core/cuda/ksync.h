@@ -22,6 +22,17 @@
  * the same launches with the same grids, so epoch[b] agrees across ranks and
  * only grows; flags are never reset, and comparisons survive wrap-around.
  *
+ * A rank's input may also be read in place, without the copy: a buffer
+ * registered once (kernel_sync.c exports its allocation through CUDA IPC
+ * and every peer maps it, "slot" s of the rank's registrations). Before
+ * barrier 0 each block writes where its rank's data is for this launch into
+ * src[b] of its own region: 0 for the scratch, else s + 1 and the offset
+ * in slot s; after barrier 0 a reader takes src[b] of every peer and,
+ * for a slot, the address where it mapped that slot itself (its own
+ * region's peer_base). A rank names a slot only once every peer has mapped
+ * it, and slots are never reused, so peer_base entries never change while
+ * a launch may read them.
+ *
  * The vectors block b owns are those of a grid-stride loop (16-byte vector
  * i belongs to block (i / lanes) % blocks), the same on every rank and in
  * every phase of a launch, so block b's barrier covers everything block b
@@ -46,6 +57,7 @@
 #define SMDDP_KS_STAGES 3
 #define SMDDP_KS_VEC 16 /* bytes per vector, the unit of ownership */
 #define SMDDP_KS_CHECK_EVERY 256
+#define SMDDP_KS_SLOTS 256 /* buffers a rank registers, at most (later ones are copied in) */
 
 /* Why a kernel gave up (smddp__ks_control_t::failed). */
 enum {
@@ -58,10 +70,19 @@ enum {
 /* given_up as a peer writes it: this bit and the peer's local rank. */
 #define SMDDP_KS_POISON 0x80000000u
 
+/* Where a rank's data for block b of a launch is: its scratch (slot 0), or registered slot - 1. */
+typedef struct smddp__ks_src {
+    uint64_t slot;
+    uint64_t off; /* bytes from the start of the slot's allocation */
+} smddp__ks_src_t;
+
 /* The head of a rank's region; the scratch follows at SMDDP_KS_SCRATCH_OFFSET. */
 typedef struct smddp__ks_region {
     uint32_t flag[SMDDP_KS_STAGES][SMDDP_KS_MAX_BLOCKS][SMDDP_KS_MAX_RANKS]; /* written by peers */
     uint32_t epoch[SMDDP_KS_MAX_BLOCKS]; /* this rank's own: launches block b has begun */
+    smddp__ks_src_t src[SMDDP_KS_MAX_BLOCKS]; /* this rank's data in its launch, by block */
+    /* Where this rank mapped peer q's registered slot s (its host writes it before saying so). */
+    uint64_t peer_base[SMDDP_KS_MAX_RANKS][SMDDP_KS_SLOTS];
     /*
      * Nonzero once this rank's kernels must stop: claimed by the first of its
      * blocks to give up, or written by a peer that gave up (SMDDP_KS_POISON).
@@ -114,9 +135,18 @@ typedef struct smddp__ks_job {
     void *out;
     size_t bytes;
     size_t pitch;
+    /*
+     * 0: in is copied into the scratch. s + 1: in lies in this rank's
+     * registered slot s, slot_off bytes from its start; peers read it there
+     * and nothing is copied in. The host picks this only where in, bytes and
+     * pitch are multiples of 16 and out is not written where peers read in
+     * before they are done.
+     */
+    uint64_t slot;
+    uint64_t slot_off;
 } smddp__ks_job_t;
 
-/* Bytes of scratch job needs: its bytes rounded up to a vector, per row. */
+/* Bytes of scratch job needs: its bytes rounded up to a vector, per row (also when registered). */
 static inline size_t smddp__ks_scratch_need(const smddp__ks_job_t *job, int nranks)
 {
     size_t row = (job->bytes + SMDDP_KS_VEC - 1) / SMDDP_KS_VEC * SMDDP_KS_VEC;
@@ -157,6 +187,11 @@ SMDDP_KS_FN uint32_t smddp__ks_load_relaxed(const uint32_t *p)
     return *(const volatile uint32_t *)p;
 }
 
+SMDDP_KS_FN uint64_t smddp__ks_load64(const uint64_t *p)
+{
+    return *(const volatile uint64_t *)p;
+}
+
 /* given_up is also written by peers (system scope). */
 SMDDP_KS_FN bool smddp__ks_claim(uint32_t *p, uint32_t v)
 {
@@ -194,6 +229,11 @@ SMDDP_KS_FN void smddp__ks_store_release(uint32_t *p, uint32_t v)
 }
 
 SMDDP_KS_FN uint32_t smddp__ks_load_relaxed(const uint32_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+SMDDP_KS_FN uint64_t smddp__ks_load64(const uint64_t *p)
 {
     return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
@@ -337,6 +377,43 @@ SMDDP_KS_HD int smddp__ks_piece_of(size_t nvec, int p, size_t i)
 SMDDP_KS_HD size_t smddp__ks_first(size_t lo, size_t tid, size_t stride)
 {
     return tid >= lo ? tid : tid + (lo - tid + stride - 1) / stride * stride;
+}
+
+/* ---- where each rank's data is ---------------------------------------------- */
+
+/*
+ * Block b, before barrier 0: says where this rank's data for the launch is
+ * (its scratch, or the job's registered slot). The barrier publishes it.
+ */
+SMDDP_KS_FN void smddp__ks_publish_src(const smddp__ks_comm_t *c, const smddp__ks_job_t *j, int b)
+{
+    smddp__ks_src_t *s = &c->region[c->rank]->src[b];
+    s->slot = j->slot;
+    s->off = j->slot_off;
+}
+
+/*
+ * Block b, after barrier 0: where local rank q's data for this launch
+ * starts, as this rank maps it, and how far apart its rows are (a
+ * reduce-scatter's input rows: pitch in place, padded rows in a scratch).
+ */
+SMDDP_KS_FN const char *smddp__ks_src(const smddp__ks_comm_t *c, const smddp__ks_job_t *j, int b,
+                                      int q, size_t *row_stride)
+{
+    size_t padded = smddp__ks_vectors(j->bytes) * SMDDP_KS_VEC;
+    if (q == c->rank) {
+        *row_stride = j->slot ? j->pitch : padded;
+        return j->slot ? (const char *)j->in : smddp__ks_scratch(c, q);
+    }
+    const smddp__ks_src_t *s = &c->region[q]->src[b];
+    uint64_t slot = smddp__ks_load64(&s->slot);
+    if (slot == 0 || slot > SMDDP_KS_SLOTS) {
+        *row_stride = padded;
+        return smddp__ks_scratch(c, q);
+    }
+    *row_stride = j->pitch;
+    uint64_t base = smddp__ks_load64(&c->region[c->rank]->peer_base[q][slot - 1]);
+    return (const char *)(uintptr_t)base + smddp__ks_load64(&s->off);
 }
 
 #endif /* SMDDP_CORE_CUDA_KSYNC_H */

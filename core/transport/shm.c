@@ -644,6 +644,11 @@ void *smddp__shm_meta(smddp_comm_t comm, int lr, int parity)
     return s->meta + ((size_t)lr * 2 + (size_t)(parity & 1)) * SMDDP_SHM_META_SIZE;
 }
 
+_Atomic uint32_t *smddp__shm_words(smddp_comm_t comm, int lr)
+{
+    return comm->shm->progress[lr].words;
+}
+
 int smddp__shm_peer_state(smddp_comm_t comm, int lr)
 {
     smddp__shm_t *s = comm->shm;

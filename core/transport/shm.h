@@ -86,6 +86,14 @@ bool smddp__shm_read_desc(smddp_comm_t comm, int lr, uint64_t seq, smddp__op_des
 /* The whole mapped segment (for registering it with the network once). */
 void smddp__shm_segment(smddp_comm_t comm, void **base, size_t *len);
 
+/*
+ * Rank lr's words for modules above the transport to share state without an
+ * op (core/cuda's buffer registrations): each written by lr alone, read by
+ * every local rank; zero at creation.
+ */
+#define SMDDP_SHM_WORDS 32
+_Atomic uint32_t *smddp__shm_words(smddp_comm_t comm, int lr);
+
 /* A small per-rank slot (512 bytes, two by parity) for metadata exchanges. */
 void *smddp__shm_meta(smddp_comm_t comm, int lr, int parity);
 #define SMDDP_SHM_META_SIZE 512

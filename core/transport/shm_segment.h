@@ -46,6 +46,7 @@ typedef struct shm_progress {
     _Atomic uint64_t failed;   /* 1 + seq of the op it failed in; 0 none */
     char pad[CACHELINE - 24];
     _Atomic uint64_t arrived[ARRIVALS];
+    _Atomic uint32_t words[SMDDP_SHM_WORDS]; /* smddp__shm_words */
 } shm_progress_t;
 
 /* One direction of a pair ring: a byte count and a futex tick, each on its own line. */

@@ -482,6 +482,25 @@ static void ks_case(smddp_comm_t comm, int rank, int size, cudaStream_t stream, 
     free(want);
 }
 
+/* A sum allreduce of n elements on attr's stream, captured (relaxed mode) and instantiated. */
+static cudaGraphExec_t capture_allreduce(smddp_comm_t comm, void *in, void *out, size_t n,
+                                        smddp_dtype_t dt, const smddp_coll_attr_t *attr,
+                                        cudaGraph_t *graph)
+{
+    cudaStream_t stream = (cudaStream_t)attr->stream;
+    cudaGraphExec_t exec;
+    smddp_request_t req;
+    CU(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    H_CHECK(smddp_allreduce(comm, in, out, (int64_t)n, dt, SMDDP_SUM, attr, &req) == SMDDP_OK,
+            "allreduce under capture: %s", smddp_get_last_error(comm));
+    H_CHECK(smddp_wait(req, SMDDP_WAIT_DEFAULT) == SMDDP_OK, "allreduce under capture: %s",
+            smddp_get_last_error(comm));
+    smddp_request_free(req);
+    CU(cudaStreamEndCapture(stream, graph));
+    CU(cudaGraphInstantiate(&exec, *graph, 0));
+    return exec;
+}
+
 /*
  * Every dtype x op at 0, 1, 17 and 4097 elements (one-shot up to 1 KiB,
  * two-shot above: SMDDP_CUDA_ONESHOT_MAX=1024), aligned and not; float32
@@ -514,16 +533,7 @@ static void run_ks_sweep(smddp_comm_t comm, int rank, int size, void *arg)
         attr.mem_type = SMDDP_MEM_CUDA;
         attr.stream = stream;
         cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        smddp_request_t req;
-        CU(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-        H_CHECK(smddp_allreduce(comm, in, out, (int64_t)n, SMDDP_FLOAT32, SMDDP_SUM, &attr, &req) ==
-                    SMDDP_OK, "allreduce under capture: %s", smddp_get_last_error(comm));
-        H_CHECK(smddp_wait(req, SMDDP_WAIT_DEFAULT) == SMDDP_OK, "allreduce under capture: %s",
-                smddp_get_last_error(comm));
-        smddp_request_free(req);
-        CU(cudaStreamEndCapture(stream, &graph));
-        CU(cudaGraphInstantiate(&exec, graph, 0));
+        cudaGraphExec_t exec = capture_allreduce(comm, in, out, n, SMDDP_FLOAT32, &attr, &graph);
         for (int k = 0; k < 5; k++) {
             for (size_t i = 0; i < n; i++) h[i] = (float)((rank + 1) * (k + 1)) + (float)(i % 7);
             CU(cudaMemcpy(in, h, n * 4, cudaMemcpyHostToDevice));
@@ -545,6 +555,129 @@ static void run_ks_sweep(smddp_comm_t comm, int rank, int size, void *arg)
         free(h);
         free(want);
     }
+    CU(cudaStreamDestroy(stream));
+}
+
+/* ---- registered inputs, read in place --------------------------------------- */
+
+static int32_t reg_value(int round, int r, size_t i)
+{
+    return (int32_t)mix(((uint64_t)round * 64 + (uint64_t)r) * 1000003u + i);
+}
+
+/* Whether this rank's flight recorder saw a collective whose input peers read in place. */
+static bool traced_in_place(smddp_comm_t comm, int rank)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/smddp-gpu-trace-%d-%d.json", (int)getpid(), rank);
+    if (smddp_comm_dump_trace(comm, path, NULL, 0) != SMDDP_OK) return false;
+    FILE *f = fopen(path, "r");
+    bool found = false;
+    char line[4096];
+    while (f && !found && fgets(line, sizeof(line), f)) found = strstr(line, "input in place") != NULL;
+    if (f) fclose(f);
+    unlink(path);
+    return found;
+}
+
+/*
+ * SMDDP_CUDA_REGISTER_MIN=4096: the same buffers through rounds of
+ * allreduce (out of place and in place), reduce_scatter and allgather (also
+ * in place), so that from the third op on peers read the inputs where they
+ * lie; then the input is freed and allocated anew (a new buffer, maybe at
+ * the same address), and a graph captured on registered buffers is replayed
+ * on new inputs. The flight recorder must show inputs read in place.
+ */
+static void run_ks_registered(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    CU(cudaSetDevice(0));
+    enum { ROUNDS = 4 };
+    size_t n = 3000000, bytes = n * 4, P = (size_t)size;
+    cudaStream_t stream;
+    CU(cudaStreamCreate(&stream));
+    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+    attr.mem_type = SMDDP_MEM_CUDA;
+    attr.stream = stream;
+    int32_t *h = malloc(bytes * P), *want = malloc(bytes * P);
+    char *in = dalloc(bytes * P), *out = dalloc(bytes * P);
+    char what[96];
+    for (int round = 0; round < 2 * ROUNDS; round++) {
+        if (round == ROUNDS) {
+            CU(cudaFree(in));
+            in = dalloc(bytes * P);
+        }
+        for (size_t i = 0; i < n * P; i++) h[i] = reg_value(round, rank, i);
+        CU(cudaMemcpy(in, h, bytes, cudaMemcpyHostToDevice));
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = 0;
+            for (int r = 0; r < size; r++) v += (uint32_t)reg_value(round, r, i);
+            want[i] = (int32_t)v;
+        }
+        H_CHECK(smddp_allreduce(comm, in, out, (int64_t)n, SMDDP_INT32, SMDDP_SUM, &attr, NULL) ==
+                    SMDDP_OK, "allreduce: %s", smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        snprintf(what, sizeof(what), "round %d: registered allreduce", round);
+        expect_same(want, out, bytes, what, rank);
+        H_CHECK(smddp_allreduce(comm, in, in, (int64_t)n, SMDDP_INT32, SMDDP_SUM, &attr, NULL) ==
+                    SMDDP_OK, "allreduce: %s", smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        snprintf(what, sizeof(what), "round %d: registered allreduce in place", round);
+        expect_same(want, in, bytes, what, rank);
+
+        CU(cudaMemcpy(in, h, bytes * P, cudaMemcpyHostToDevice));
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = 0;
+            for (int r = 0; r < size; r++) v += (uint32_t)reg_value(round, r, (size_t)rank * n + i);
+            want[i] = (int32_t)v;
+        }
+        H_CHECK(smddp_reduce_scatter(comm, in, out, (int64_t)n, SMDDP_INT32, SMDDP_SUM, &attr,
+                                     NULL) == SMDDP_OK, "reduce_scatter: %s",
+                smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        snprintf(what, sizeof(what), "round %d: registered reduce_scatter", round);
+        expect_same(want, out, bytes, what, rank);
+
+        for (int r = 0; r < size; r++)
+            for (size_t i = 0; i < n; i++) want[(size_t)r * n + i] = reg_value(round, r, i);
+        CU(cudaMemcpy(in, h, bytes, cudaMemcpyHostToDevice));
+        H_CHECK(smddp_allgather(comm, in, out, (int64_t)n, SMDDP_INT32, &attr, NULL) == SMDDP_OK,
+                "allgather: %s", smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        snprintf(what, sizeof(what), "round %d: registered allgather", round);
+        expect_same(want, out, bytes * P, what, rank);
+        CU(cudaMemcpy(in + (size_t)rank * bytes, h, bytes, cudaMemcpyHostToDevice));
+        H_CHECK(smddp_allgather(comm, in + (size_t)rank * bytes, in, (int64_t)n, SMDDP_INT32,
+                                &attr, NULL) == SMDDP_OK,
+                "allgather: %s", smddp_get_last_error(comm));
+        CU(cudaStreamSynchronize(stream));
+        snprintf(what, sizeof(what), "round %d: registered allgather in place", round);
+        expect_same(want, in, bytes * P, what, rank);
+    }
+    H_CHECK(traced_in_place(comm, rank), "rank %d: no collective read its input in place", rank);
+
+    /* A graph captured on the registered buffers, replayed on new inputs. */
+    cudaGraph_t graph;
+    cudaGraphExec_t exec = capture_allreduce(comm, in, out, n, SMDDP_INT32, &attr, &graph);
+    for (int k = 0; k < 3; k++) {
+        for (size_t i = 0; i < n; i++) h[i] = reg_value(100 + k, rank, i);
+        CU(cudaMemcpy(in, h, bytes, cudaMemcpyHostToDevice));
+        CU(cudaGraphLaunch(exec, stream));
+        CU(cudaStreamSynchronize(stream));
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = 0;
+            for (int r = 0; r < size; r++) v += (uint32_t)reg_value(100 + k, r, i);
+            want[i] = (int32_t)v;
+        }
+        snprintf(what, sizeof(what), "graph replay %d of a registered allreduce", k);
+        expect_same(want, out, bytes, what, rank);
+    }
+    CU(cudaGraphExecDestroy(exec));
+    CU(cudaGraphDestroy(graph));
+    CU(cudaFree(in));
+    CU(cudaFree(out));
+    free(h);
+    free(want);
     CU(cudaStreamDestroy(stream));
 }
 
@@ -676,6 +809,14 @@ int main(void)
         printf("%s: kernel allreduce/reduce_scatter/allgather, every dtype x op at 0, 1, 17, 4097 "
                "and 1000003 elements, and under graph capture, on %d ranks\n",
                bad ? "FAIL" : "PASS", n);
+        failures += bad != 0;
+        opts.env = "SMDDP_CUDA_BUFFER_SIZE=1048576 SMDDP_CUDA_SYNC=kernel "
+                   "SMDDP_CUDA_REGISTER_MIN=4096";
+        opts.timeout_s = 240;
+        bad = harness_run(n, run_ks_registered, NULL, &opts);
+        printf("%s: registered inputs read in place by peers (allreduce, also in place; "
+               "reduce_scatter; allgather, also in place; a new buffer at a freed one's "
+               "address; graph replay), %d ranks\n", bad ? "FAIL" : "PASS", n);
         failures += bad != 0;
     }
     {

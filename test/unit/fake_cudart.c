@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include "cuda/ipc_kernels.h"
@@ -92,7 +93,9 @@ typedef struct region {
     size_t n;
     bool device;
     int fd;      /* device memory: its memfd (-1: a peer's, mapped through IPC) */
+    uint64_t id; /* this process's cudaMalloc: which one (the driver's buffer ID) */
 } region_t;
+static uint64_t g_next_id;
 static region_t g_regions[4096];
 static int g_nregions;
 
@@ -201,7 +204,7 @@ static void remember(void *p, size_t n, bool device, int fd)
 {
     pthread_mutex_lock(&g_lock);
     if (g_nregions < (int)(sizeof(g_regions) / sizeof(g_regions[0])))
-        g_regions[g_nregions++] = (region_t){p, n, device, fd};
+        g_regions[g_nregions++] = (region_t){p, n, device, fd, ++g_next_id};
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -559,6 +562,44 @@ cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsig
     if (!p) return cudaErrorInvalidResourceHandle;
     remember(p, (size_t)h.n, true, -1);
     *devPtr = p;
+    return cudaSuccess;
+}
+
+/* The driver's cuPointerGetAttributes, for the attributes libsmddp asks for. */
+static CUresult fake_get_attributes(unsigned int n, CUpointer_attribute *what, void **data,
+                                    CUdeviceptr ptr)
+{
+    region_t r = {0};
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < g_nregions; i++)
+        if (g_regions[i].device && (uintptr_t)ptr >= (uintptr_t)g_regions[i].p &&
+            (uintptr_t)ptr < (uintptr_t)g_regions[i].p + g_regions[i].n)
+            r = g_regions[i];
+    pthread_mutex_unlock(&g_lock);
+    if (!r.n) return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < n; i++) {
+        switch (what[i]) {
+        case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+            *(CUdeviceptr *)data[i] = (CUdeviceptr)(uintptr_t)r.p;
+            break;
+        case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data[i] = r.n; break;
+        case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data[i] = r.id; break;
+        case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *(int *)data[i] = r.fd >= 0; break;
+        default: return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
+                                             unsigned int cudaVersion, unsigned long long flags,
+                                             enum cudaDriverEntryPointQueryResult *status)
+{
+    (void)cudaVersion;
+    (void)flags;
+    bool known = strcmp(symbol, "cuPointerGetAttributes") == 0;
+    *funcPtr = known ? (void *)fake_get_attributes : NULL;
+    if (status) *status = known ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
     return cudaSuccess;
 }
 

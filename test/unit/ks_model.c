@@ -33,11 +33,26 @@ static void copy_valid(char *dst, const char *src, size_t off, size_t bytes)
     memcpy(dst, src, n);
 }
 
-/* reduce_vec: every rank's vector at scratch offset off, in rank order. */
-static void reduce_vec(const block_arg_t *a, size_t off, char out[SMDDP_KS_VEC])
+/* Peers' data read where it was registered, not from their scratch (ks_model.h). */
+_Atomic unsigned long ks_model_in_place_reads;
+
+/* sources(): every rank's data for the launch, at row `row` of it. */
+static void sources(const block_arg_t *a, int row, const char **src)
+{
+    for (int q = 0; q < a->c->nranks; q++) {
+        size_t stride;
+        src[q] = smddp__ks_src(a->c, a->j, a->b, q, &stride) + (size_t)row * stride;
+        if (q != a->c->rank && src[q] != smddp__ks_scratch(a->c, q) + (size_t)row * stride)
+            ks_model_in_place_reads++;
+    }
+}
+
+/* reduce_vec: every rank's vector at offset off of src, in rank order. */
+static void reduce_vec(const block_arg_t *a, const char *const *src, size_t off,
+                       char out[SMDDP_KS_VEC])
 {
     const void *srcs[SMDDP_KS_MAX_RANKS];
-    for (int q = 0; q < a->c->nranks; q++) srcs[q] = smddp__ks_scratch(a->c, q) + off;
+    for (int q = 0; q < a->c->nranks; q++) srcs[q] = src[q] + off;
     smddp__reduce(a->spec, out, srcs, a->c->nranks, SMDDP_KS_VEC / smddp__dtype_size(a->spec->dtype));
 }
 
@@ -57,34 +72,38 @@ static uint32_t model_block(block_arg_t *a)
     char *own = smddp__ks_scratch(c, c->rank);
     const char *in = j->in;
     char *out = j->out;
+    const char *src[SMDDP_KS_MAX_RANKS];
     uint32_t e, r;
     if (!smddp__ks_begin(c, a->b, &e)) return SMDDP_KS_ABORTED;
 
-    for (int row = 0; row < (rs ? c->nranks : 1); row++)
-        FOR_OWNED(i, 0, nvec) {
-            size_t off = i * SMDDP_KS_VEC;
-            char v[SMDDP_KS_VEC] = {0};
-            copy_valid(v, in + (size_t)row * j->pitch + off, off, j->bytes);
-            memcpy(own + (size_t)row * nvec * SMDDP_KS_VEC + off, v, sizeof(v));
-        }
+    smddp__ks_publish_src(c, j, a->b);
+    if (!j->slot)
+        for (int row = 0; row < (rs ? c->nranks : 1); row++)
+            FOR_OWNED(i, 0, nvec) {
+                size_t off = i * SMDDP_KS_VEC;
+                char v[SMDDP_KS_VEC] = {0};
+                copy_valid(v, in + (size_t)row * j->pitch + off, off, j->bytes);
+                memcpy(own + (size_t)row * nvec * SMDDP_KS_VEC + off, v, sizeof(v));
+            }
     nap(a);
     if ((r = smddp__ks_arrive_wait(c, 0, a->b, e, 0, 1)) != SMDDP_KS_OK) return r;
     if (a->o->slow_us > 0 && c->rank == a->o->slow_rank) usleep((useconds_t)a->o->slow_us);
     nap(a);
+    sources(a, rs ? c->rank : 0, src);
 
     if (j->kind == SMDDP_KS_ALLGATHER) {
-        for (int q = 0; q < c->nranks; q++)
+        for (int q = 0; q < c->nranks; q++) {
+            if (src[q] == out + (size_t)q * j->pitch) continue;
             FOR_OWNED(i, 0, nvec) {
                 size_t off = i * SMDDP_KS_VEC;
-                copy_valid(out + (size_t)q * j->pitch + off, smddp__ks_scratch(c, q) + off, off,
-                           j->bytes);
+                copy_valid(out + (size_t)q * j->pitch + off, src[q] + off, off, j->bytes);
             }
+        }
     } else if (j->kind != SMDDP_KS_ALLREDUCE_TWOSHOT) {
-        size_t row = rs ? (size_t)c->rank * nvec * SMDDP_KS_VEC : 0;
         FOR_OWNED(i, 0, nvec) {
             size_t off = i * SMDDP_KS_VEC;
             char v[SMDDP_KS_VEC];
-            reduce_vec(a, row + off, v);
+            reduce_vec(a, src, off, v);
             copy_valid(out + off, v, off, j->bytes);
         }
     } else {
@@ -92,7 +111,7 @@ static uint32_t model_block(block_arg_t *a)
         smddp__ks_piece(nvec, c->nranks, c->rank, &lo, &hi);
         FOR_OWNED(i, lo, hi) {
             char v[SMDDP_KS_VEC];
-            reduce_vec(a, i * SMDDP_KS_VEC, v);
+            reduce_vec(a, src, i * SMDDP_KS_VEC, v);
             memcpy(own + i * SMDDP_KS_VEC, v, sizeof(v));
         }
         nap(a);

@@ -29,6 +29,12 @@ typedef struct ks_model_opts {
 uint32_t ks_model_launch(const smddp__ks_comm_t *c, const smddp__ks_job_t *job,
                          const smddp__reduce_spec_t *spec, int blocks, const ks_model_opts_t *opts);
 
+/*
+ * Counts, in this process, every (block, peer) of a launch that read the
+ * peer's data where the peer registered it rather than from its scratch.
+ */
+extern _Atomic unsigned long ks_model_in_place_reads;
+
 /* The blocks a launch of job has (ipc_kernels.cu's grid_of). */
 int ks_model_grid(const smddp__ks_comm_t *c, const smddp__ks_job_t *job);
 

@@ -22,6 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include "harness.h"
+#include "ks_model.h"
 #include "param.h"
 #include "reduce/half.h"
 #include "reduce/reduce.h"
@@ -307,6 +308,109 @@ static void abort_rank(smddp_comm_t comm, int rank, int size, void *arg)
     _exit(0);
 }
 
+/* The expected allreduce (int32 sum) of fill_round's inputs, element i. */
+static int32_t round_value(int round, int r, size_t i)
+{
+    return (int32_t)mix(((uint64_t)round * 64 + (uint64_t)r) * 1000003u + i);
+}
+
+static void fill_round(int32_t *h, size_t n, int round, int r, size_t first)
+{
+    for (size_t i = 0; i < n; i++) h[i] = round_value(round, r, first + i);
+}
+
+/*
+ * Registered inputs (SMDDP_CUDA_REGISTER_MIN=4096): the same buffers
+ * through rounds of allreduce (out of place and in place), reduce-scatter
+ * and allgather (also in place); from the third op on, peers read them
+ * where they lie. Then the input is freed and allocated again (most likely
+ * at the same address: a new buffer, registered anew), and an unaligned
+ * input is copied in. With arg set, rank 1 turns registration off: its
+ * launches copy in beside peers that do not.
+ */
+static void registered_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    if (arg && rank == 1) {
+        setenv("SMDDP_CUDA_REGISTER_MIN", "0", 1);
+        smddp__params_reload();
+    }
+    enum { ROUNDS = 5 };
+    size_t n = 30000, bytes = n * 4, P = (size_t)size;
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    smddp_coll_attr_t attr = cuda_attr(st);
+    int32_t *h = malloc(bytes * P), *want = malloc(bytes * P);
+    char *in = dev(bytes * P + 64), *out = dev(bytes * P + 64);
+    unsigned long before = ks_model_in_place_reads;
+    for (int round = 0; round < 2 * ROUNDS; round++) {
+        char what[96];
+        if (round == ROUNDS) { /* a new allocation where the old one was, most likely */
+            cudaStreamSynchronize(st);
+            cudaFree(in);
+            in = dev(bytes * P + 64);
+        }
+        fill_round(h, n, round, rank, 0);
+        cudaMemcpyAsync(in, h, bytes, cudaMemcpyHostToDevice, st);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = 0;
+            for (int r = 0; r < size; r++) v += (uint32_t)round_value(round, r, i);
+            want[i] = (int32_t)v;
+        }
+        snprintf(what, sizeof(what), "round %d: registered allreduce", round);
+        H_OK(smddp_allreduce(comm, in, out, (int64_t)n, SMDDP_INT32, SMDDP_SUM, &attr, NULL));
+        expect(st, want, out, bytes, what, rank);
+        snprintf(what, sizeof(what), "round %d: registered allreduce in place", round);
+        H_OK(smddp_allreduce(comm, in, in, (int64_t)n, SMDDP_INT32, SMDDP_SUM, &attr, NULL));
+        expect(st, want, in, bytes, what, rank);
+
+        fill_round(h, n * P, round, rank, 0);
+        cudaMemcpyAsync(in, h, bytes * P, cudaMemcpyHostToDevice, st);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = 0;
+            for (int r = 0; r < size; r++)
+                v += (uint32_t)round_value(round, r, (size_t)rank * n + i);
+            want[i] = (int32_t)v;
+        }
+        snprintf(what, sizeof(what), "round %d: registered reduce_scatter", round);
+        H_OK(smddp_reduce_scatter(comm, in, out, (int64_t)n, SMDDP_INT32, SMDDP_SUM, &attr, NULL));
+        expect(st, want, out, bytes, what, rank);
+
+        for (int r = 0; r < size; r++) fill_round(want + (size_t)r * n, n, round, r, 0);
+        fill_round(h, n, round, rank, 0);
+        cudaMemcpyAsync(in, h, bytes, cudaMemcpyHostToDevice, st);
+        snprintf(what, sizeof(what), "round %d: registered allgather", round);
+        H_OK(smddp_allgather(comm, in, out, (int64_t)n, SMDDP_INT32, &attr, NULL));
+        expect(st, want, out, bytes * P, what, rank);
+        /* In place: the input is this rank's row of the output. */
+        cudaMemcpyAsync(in + (size_t)rank * bytes, h, bytes, cudaMemcpyHostToDevice, st);
+        snprintf(what, sizeof(what), "round %d: registered allgather in place", round);
+        H_OK(smddp_allgather(comm, in + (size_t)rank * bytes, in, (int64_t)n, SMDDP_INT32, &attr,
+                             NULL));
+        expect(st, want, in, bytes * P, what, rank);
+    }
+    /* Unaligned: copied in. */
+    fill_round(h, n, 99, rank, 0);
+    cudaMemcpyAsync(in + 4, h, bytes, cudaMemcpyHostToDevice, st);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = 0;
+        for (int r = 0; r < size; r++) v += (uint32_t)round_value(99, r, i);
+        want[i] = (int32_t)v;
+    }
+    H_OK(smddp_allreduce(comm, in + 4, out + 4, (int64_t)n, SMDDP_INT32, SMDDP_SUM, &attr, NULL));
+    expect(st, want, out + 4, bytes, "unaligned allreduce", rank);
+    /* Where a peer registers, this rank read its input in place. */
+    bool peers_register = !arg || size > 2 || rank == 1;
+    H_CHECK(!peers_register || ks_model_in_place_reads > before,
+            "rank %d: no launch read a peer's input in place", rank);
+    H_CHECK(peers_register || ks_model_in_place_reads == before,
+            "rank %d: read in place from a peer that does not register", rank);
+    cudaFree(in);
+    cudaFree(out);
+    free(h);
+    free(want);
+    cudaStreamDestroy(st);
+}
+
 static void run(int n, harness_fn_t fn, const char *env)
 {
     harness_opts_t opts = {0};
@@ -322,6 +426,32 @@ static void test_streams_events_3(void **s) { (void)s; run(3, streams_rank, ENV_
 static void test_streams_kernel_3(void **s) { (void)s; run(3, streams_rank, ENV_SMALL " SMDDP_CUDA_SYNC=kernel"); }
 static void test_kernel_dead_peer_3(void **s) { (void)s; run(3, dead_peer_rank, "SMDDP_CUDA_SYNC=kernel SMDDP_TIMEOUT=2"); }
 static void test_kernel_abort_2(void **s) { (void)s; run(2, abort_rank, "SMDDP_CUDA_SYNC=kernel SMDDP_TIMEOUT=60"); }
+
+#define ENV_REGISTER ENV_SMALL " SMDDP_CUDA_SYNC=kernel SMDDP_CUDA_REGISTER_MIN=4096"
+
+static void run_arg(int n, harness_fn_t fn, void *arg, const char *env)
+{
+    harness_opts_t opts = {0};
+    opts.env = env;
+    opts.timeout_s = 240;
+    assert_int_equal(harness_run(n, fn, arg, &opts), 0);
+}
+
+static void test_registered_2(void **s) { (void)s; run(2, registered_rank, ENV_REGISTER); }
+static void test_registered_3(void **s) { (void)s; run(3, registered_rank, ENV_REGISTER); }
+/* One-shot too: up to 256 KiB. */
+static void test_registered_oneshot_2(void **s)
+{
+    (void)s;
+    run(2, registered_rank, ENV_REGISTER " SMDDP_CUDA_ONESHOT_MAX=262144");
+}
+/* Rank 1 does not register: launches mix inputs read in place and copied in. */
+static void test_registered_mixed_2(void **s)
+{
+    (void)s;
+    static int on = 1;
+    run_arg(2, registered_rank, &on, ENV_REGISTER);
+}
 
 /* A setting and the value each rank gives it. */
 typedef struct differ {
@@ -374,6 +504,10 @@ int main(void)
         cmocka_unit_test(test_streams_kernel_3),
         cmocka_unit_test(test_kernel_dead_peer_3),
         cmocka_unit_test(test_kernel_abort_2),
+        cmocka_unit_test(test_registered_2),
+        cmocka_unit_test(test_registered_3),
+        cmocka_unit_test(test_registered_oneshot_2),
+        cmocka_unit_test(test_registered_mixed_2),
         cmocka_unit_test(test_sync_mismatch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -88,6 +88,12 @@ typedef struct run {
     int nsteps;
     int delay_us, slow_rank, slow_us;
     bool skip_last;
+    /*
+     * Ranks with (rank + step) even register their input where it
+     * qualifies (whole vectors) and peers read it in place; a two-shot
+     * allreduce then runs truly in place (the output is the input).
+     */
+    bool in_place;
     int rank;
     long wrong;     /* out: output elements (bytes for allgather) that differ */
     uint32_t failed;
@@ -107,7 +113,10 @@ static void run_step(run_t *run, int s, const step_t *st)
     bool ag = st->kind == K_AG, rs = st->kind == K_RS;
     size_t es = ag ? 1 : 4, block = st->elems * es;
     size_t in_bytes = rs ? block * (size_t)p : block, out_bytes = ag ? block * (size_t)p : block;
-    char *in = malloc(in_bytes + 1), *out = malloc(out_bytes + 1);
+    bool mine = run->in_place && (me + s) % 2 == 0 && block % SMDDP_KS_VEC == 0;
+    bool same = mine && st->kind == K_TWOSHOT;
+    char *in = aligned_alloc(SMDDP_KS_VEC, (in_bytes + SMDDP_KS_VEC) / SMDDP_KS_VEC * SMDDP_KS_VEC);
+    char *out = same ? in : malloc(out_bytes + 1);
     assert_non_null(in);
     assert_non_null(out);
     memset(out, 0xee, out_bytes + 1);
@@ -126,9 +135,14 @@ static void run_step(run_t *run, int s, const step_t *st)
                                                     : SMDDP_KS_ALLGATHER;
     size_t room = rs ? w->scratch / (size_t)p : w->scratch;
     size_t chunk = room / SMDDP_KS_VEC * SMDDP_KS_VEC;
+    /* "Registering": every peer's host maps slot s of this rank's (here: the same address). */
+    uint64_t slot = mine ? (uint64_t)(s % SMDDP_KS_SLOTS) + 1 : 0;
+    if (slot)
+        for (int q = 0; q < p; q++)
+            if (q != me) w->region[q]->peer_base[me][slot - 1] = (uint64_t)(uintptr_t)in;
     for (size_t off = 0; off < block; off += chunk) {
         smddp__ks_job_t job = {kind, in + off, out + off, block - off < chunk ? block - off : chunk,
-                               rs || ag ? block : 0};
+                               rs || ag ? block : 0, slot, slot ? off : 0};
         assert_true(smddp__ks_scratch_need(&job, p) <= w->scratch);
         ks_model_opts_t o = {run->delay_us, run->slow_rank, run->slow_us, run->skip_last,
                              (unsigned)(s * 977 + me * 13 + (int)(off / 16))};
@@ -148,9 +162,9 @@ static void run_step(run_t *run, int s, const step_t *st)
             memcpy(&got, out + i * 4, 4);
             if ((uint32_t)got != want) run->wrong++;
         }
-    if ((unsigned char)out[out_bytes] != 0xee) run->wrong++; /* nothing past the end */
+    if (!same && (unsigned char)out[out_bytes] != 0xee) run->wrong++; /* nothing past the end */
     free(in);
-    free(out);
+    if (!same) free(out);
 }
 
 static void *rank_main(void *p)
@@ -188,7 +202,7 @@ static long run_world(world_t *w, const step_t *steps, int nsteps, const run_t *
 /* The sizes that matter: none, under a vector, odd, one vector, many, several chunks. */
 static const size_t sizes[] = {0, 1, 3, 4, 5, 17, 64, 333, 4096, 5000, 40000};
 
-static void random_sequence(int p, unsigned seed, int nsteps, int delay_us)
+static void random_sequence_with(int p, unsigned seed, int nsteps, int delay_us, bool in_place)
 {
     world_t w;
     world_init(&w, p, 16384, 20ull * 1000000000u);
@@ -199,10 +213,15 @@ static void random_sequence(int p, unsigned seed, int nsteps, int delay_us)
         steps[s].elems = sizes[rand_r(&seed) % (sizeof(sizes) / sizeof(sizes[0]))];
         steps[s].blocks = 1 + (int)(rand_r(&seed) % 8);
     }
-    run_t tmpl = {.delay_us = delay_us, .slow_rank = -1};
+    run_t tmpl = {.delay_us = delay_us, .slow_rank = -1, .in_place = in_place};
     assert_int_equal(run_world(&w, steps, nsteps, &tmpl), 0);
     free(steps);
     world_free(&w);
+}
+
+static void random_sequence(int p, unsigned seed, int nsteps, int delay_us)
+{
+    random_sequence_with(p, seed, nsteps, delay_us, false);
 }
 
 static void test_sequences_2(void **state)
@@ -221,6 +240,20 @@ static void test_sequences_4(void **state)
 {
     (void)state;
     random_sequence(4, 3, 60, 200);
+}
+
+/*
+ * Registered inputs read in place, mixed in one launch with ranks that copy
+ * in, and the two-shot allreduce truly in place: a rank overwrites its
+ * input with the result while peers read it, each vector only after every
+ * peer's reads of it (the middle barrier).
+ */
+static void test_in_place_sequences(void **state)
+{
+    (void)state;
+    unsigned long before = ks_model_in_place_reads;
+    for (int p = 2; p <= MAX_P; p++) random_sequence_with(p, 40u + (unsigned)p, 80, 200, true);
+    assert_true(ks_model_in_place_reads > before);
 }
 
 /* Every kind at every size, one block and several, without delays. */
@@ -319,7 +352,7 @@ static void test_dead_peer_times_out(void **state)
     lone_t a[2];
     pthread_t th[2];
     for (int r = 0; r < 2; r++) {
-        a[r] = (lone_t){&w.comm[r], {SMDDP_KS_ALLREDUCE_TWOSHOT, in[r], out[r], sizeof(in[r]), 0},
+        a[r] = (lone_t){&w.comm[r], {SMDDP_KS_ALLREDUCE_TWOSHOT, in[r], out[r], sizeof(in[r]), 0, 0, 0},
                         4, 0, 0};
         assert_int_equal(pthread_create(&th[r], NULL, lone_main, &a[r]), 0);
     }
@@ -353,7 +386,7 @@ static void test_abort_ends_wait(void **state)
     world_t w;
     world_init(&w, 2, 16384, 60ull * 1000000000u);
     static char in[64], out[128];
-    lone_t a = {&w.comm[0], {SMDDP_KS_ALLGATHER, in, out, sizeof(in), sizeof(in)}, 2, 0, 0};
+    lone_t a = {&w.comm[0], {SMDDP_KS_ALLGATHER, in, out, sizeof(in), sizeof(in), 0, 0}, 2, 0, 0};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, lone_main, &a), 0);
     usleep(100000);
@@ -378,7 +411,7 @@ static void *seq2_main(void *p)
 {
     seq2_t *a = p;
     for (int k = 0; k < 2; k++) {
-        smddp__ks_job_t job = {SMDDP_KS_ALLREDUCE_ONESHOT, a->in[k], a->out[k], a->n * 4, 0};
+        smddp__ks_job_t job = {SMDDP_KS_ALLREDUCE_ONESHOT, a->in[k], a->out[k], a->n * 4, 0, 0, 0};
         a->result[k] = ks_model_launch(a->c, &job, &int32_sum, 2, &a->o);
     }
     return NULL;
@@ -432,7 +465,7 @@ static void test_give_up_stops_peers(void **state)
     lone_t a[2];
     pthread_t th[2];
     for (int r = 0; r < 2; r++) {
-        a[r] = (lone_t){&w.comm[r], {SMDDP_KS_ALLGATHER, in[r], out[r], sizeof(in[r]) / 2, 0}, 3,
+        a[r] = (lone_t){&w.comm[r], {SMDDP_KS_ALLGATHER, in[r], out[r], sizeof(in[r]) / 2, 0, 0, 0}, 3,
                         0, 0};
         assert_int_equal(pthread_create(&th[r], NULL, lone_main, &a[r]), 0);
     }
@@ -478,6 +511,7 @@ int main(void)
         cmocka_unit_test(test_sequences_2),
         cmocka_unit_test(test_sequences_3),
         cmocka_unit_test(test_sequences_4),
+        cmocka_unit_test(test_in_place_sequences),
         cmocka_unit_test(test_last_barrier_protects_scratch),
         cmocka_unit_test(test_epoch_wraps),
         cmocka_unit_test(test_dead_peer_times_out),
