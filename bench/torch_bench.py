@@ -31,11 +31,12 @@ TCP follows it less).
 
 Then the small-message latency: ``--latency-calls`` 8 B allreduces through
 dist.all_reduce, each timed on its own, p50 and p90 (smddp, gloo, smddp with
-async_op=True and an immediate wait(), smddp's backend object called
-directly, which leaves out torch's Python wrapper and dispatcher, and
-smddp.all_reduce, which leaves out the Work too), with torch's fake backend
-beside them: dist.all_reduce on a group that communicates nothing, torch's
-own share of every call.
+async_op=True and an immediate wait(), smddp's process group called
+directly, which leaves out torch's Python wrapper, its backend object, which
+leaves out the dispatcher too, and smddp.all_reduce, which leaves out the
+Work too), with torch's fake backend beside them: dist.all_reduce and the
+process group on a group that communicates nothing, torch's own share of
+every call.
 
 Then pipeline parallelism's ring exchange (batch_isend_irecv to the next
 rank and from the previous, then wait) at 8 B, 64 KiB, 1 MiB and 16 MiB,
@@ -339,9 +340,10 @@ def latency(torch, dist, args, groups, ctl) -> dict:
     """p50 and p90 (us) of single 8 B allreduce calls, each timed on its own.
 
     The slowest rank's percentile counts. Rounds alternate the backends. For
-    smddp also the backend object called straight from Python (its allreduce
-    and the Work's wait, through pybind11, without torch.distributed's Python
-    wrapper and the dispatcher): what remains of the call is torch's.
+    smddp (and the fake backend) also the process group called straight from
+    Python (without torch.distributed's Python wrapper), and smddp's backend
+    object (without the dispatcher too): its allreduce and the Work's wait,
+    through pybind11.
     """
     import smddp
 
@@ -353,7 +355,11 @@ def latency(torch, dist, args, groups, ctl) -> dict:
     opts = dist.AllreduceOptions()
     if hasattr(opts, "asyncOp"):
         opts.asyncOp = False
-        backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+        # Without torch.distributed's Python wrapper: the ProcessGroup (its
+        # dispatcher op, then the backend), and the backend object alone.
+        world = groups["smddp"]
+        ways["smddp process group, called directly"] = lambda: world.allreduce([t], opts).wait()
+        backend = world._get_backend(torch.device("cpu"))
         ways["smddp backend, called directly"] = lambda: backend.allreduce([t], opts).wait()
     ways["smddp.all_reduce"] = lambda: smddp.all_reduce(t, group=groups["smddp"])
     # torch's fake backend communicates nothing and completes every work at
@@ -362,6 +368,8 @@ def latency(torch, dist, args, groups, ctl) -> dict:
         from torch.testing._internal.distributed import fake_pg  # noqa: F401  (registers "fake")
         fake = dist.new_group(backend="fake")
         ways["fake"] = lambda: dist.all_reduce(t, group=fake)
+        if hasattr(opts, "asyncOp"):
+            ways["fake process group, called directly"] = lambda: fake.allreduce([t], opts).wait()
     except Exception as e:  # noqa: BLE001  (the reference row is left out, with why)
         print(f"torch_bench: no fake-backend row: {type(e).__name__}: {e}", file=sys.stderr)
     samples = {w: [] for w in ways}
@@ -615,7 +623,7 @@ def report(args, res: dict, wall: float) -> int:
         print("| call | p50 us | p90 us |")
         print("|---|---:|---:|")
         for w, q in lat.items():
-            name = w if "directly" in w else f"dist.all_reduce, {w}"
+            name = f"{w} (allreduce + wait)" if "directly" in w else f"dist.all_reduce, {w}"
             if "async_op" in w:
                 name = "dist.all_reduce(async_op=True).wait(), smddp"
             elif w == "smddp.all_reduce":
