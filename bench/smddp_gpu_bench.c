@@ -212,8 +212,11 @@ static int coll_rank(int procs, int nodes, size_t min_bytes, size_t max_bytes)
             }
             smddp_barrier(comm, NULL, NULL);
         }
-    cudaFree(in);
-    cudaFree(out);
+    /*
+     * in and out are left to the process's exit: with SMDDP_CUDA_REGISTER_MIN
+     * peers map them until they destroy the communicator, and freeing them
+     * before would be undefined (cudaIpcOpenMemHandle).
+     */
     smddp_comm_destroy(comm);
     return 0;
 }

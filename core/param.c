@@ -124,10 +124,12 @@ static const param_row_t rows[] = {
      "SMDDP_CUDA_SYNC=kernel: the most blocks (of 512 threads) one collective kernel takes; 0: "
      "half the GPU's multiprocessors, divided among the ranks that share a GPU",
      OFF(cuda_kernel_blocks), 0, NULL},
-    {"SMDDP_CUDA_REGISTER_MIN", P_SIZE, "1048576",
-     "SMDDP_CUDA_SYNC=kernel: inputs of at least this many bytes (16-byte aligned, in memory "
-     "CUDA IPC can share) are registered once per allocation and read by peers in place, "
-     "without the copy into the scratch, once every peer has mapped the allocation; 0: never",
+    {"SMDDP_CUDA_REGISTER_MIN", P_SIZE, "0",
+     "SMDDP_CUDA_SYNC=kernel: inputs of at least this many bytes (address and size multiples "
+     "of 16, in memory CUDA IPC can share) are registered once per allocation and read by "
+     "peers in place, without the copy into the scratch, once every peer has mapped the "
+     "allocation; every allocation registered must then stay allocated until every rank has "
+     "destroyed the communicator; 0 (default): never",
      OFF(cuda_register_min), 0, NULL},
     {"SMDDP_NCCL_LIBRARY", P_STRING, "",
      "NCCL library loaded at run time for the CUDA collectives smddp hands to NCCL (default: "

@@ -5,10 +5,13 @@
  * (host memory the device writes), and smddp__comm_abort sets the abort
  * word the kernels poll.
  *
- * Registration: an input of SMDDP_CUDA_REGISTER_MIN bytes or more is looked
- * up by address in this rank's slots (allocation start, size and the
- * driver's buffer ID, so a new allocation at a freed one's address is a new
- * buffer). A new one gets the next slot: its IPC handle goes to the store,
+ * Registration (opt-in: the program must keep a registered allocation
+ * until every rank destroyed the communicator, since peers keep it mapped
+ * and CUDA leaves freeing mapped memory undefined): an input of
+ * SMDDP_CUDA_REGISTER_MIN bytes or more is looked up by address in this
+ * rank's slots (allocation start, size and the driver's buffer ID, so a new
+ * allocation at a freed one's address is a new buffer). A new one gets the
+ * next slot: its IPC handle goes to the store,
  * and the count of published slots to this rank's shm word. Before each
  * collective every rank maps the peers' slots it has not mapped yet, writes
  * where into its region's peer_base and says so in its own shm words. An
@@ -52,9 +55,17 @@ static void registration_prepare(smddp_comm_t comm, smddp__ksync_t *k)
     k->register_min = (size_t)smddp__params()->cuda_register_min;
     const char *why = NULL;
     enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &k->get_attributes, 12000,
-                                         cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess || !k->get_attributes)
+#if CUDART_VERSION >= 12050
+    cudaError_t got = cudaGetDriverEntryPointByVersion("cuPointerGetAttributes",
+                                                       &k->get_attributes, 12000,
+                                                       cudaEnableDefault, &found);
+#else
+    cudaError_t got = cudaGetDriverEntryPoint("cuPointerGetAttributes", &k->get_attributes,
+                                              cudaEnableDefault, &found);
+#endif
+    if (comm->local_size < 2)
+        why = "no peer on this node";
+    else if (got != cudaSuccess || found != cudaDriverEntryPointSuccess || !k->get_attributes)
         why = "the driver has no cuPointerGetAttributes";
     else if (cudaStreamCreateWithFlags(&k->reg_stream, cudaStreamNonBlocking) != cudaSuccess)
         why = "no stream for it";
@@ -63,7 +74,9 @@ static void registration_prepare(smddp_comm_t comm, smddp__ksync_t *k)
         why = "out of memory";
     if (why) {
         (void)cudaGetLastError();
-        SMDDP_INFO("rank %d: CUDA inputs are copied in, never read in place (%s)", comm->rank, why);
+        if (k->register_min)
+            SMDDP_INFO("rank %d: CUDA inputs are copied in, never read in place (%s)", comm->rank,
+                       why);
         k->register_min = 0;
         free(k->own);
         k->own = NULL;

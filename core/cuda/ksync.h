@@ -29,9 +29,12 @@
  * src[b] of its own region: 0 for the scratch, else s + 1 and the offset
  * in slot s; after barrier 0 a reader takes src[b] of every peer and,
  * for a slot, the address where it mapped that slot itself (its own
- * region's peer_base). A rank names a slot only once every peer has mapped
- * it, and slots are never reused, so peer_base entries never change while
- * a launch may read them.
+ * region's peer_base, written by its host with a copy that completed
+ * before it told the peers). A rank names a slot only once every peer has
+ * mapped it, and slots are never reused, so peer_base entries never change
+ * while a launch may read them. The program must keep a registered
+ * allocation until every rank destroyed the communicator (peers keep it
+ * mapped, and a captured launch keeps naming the slot).
  *
  * The vectors block b owns are those of a grid-stride loop (16-byte vector
  * i belongs to block (i / lanes) % blocks), the same on every rank and in
@@ -87,7 +90,10 @@ typedef struct smddp__ks_region {
      * Nonzero once this rank's kernels must stop: claimed by the first of its
      * blocks to give up, or written by a peer that gave up (SMDDP_KS_POISON).
      * From then on every launch ends at once, touching neither scratch nor
-     * flags, so a slower peer still reading this scratch is not misled.
+     * flags, so a slower peer still reading this scratch is not misled. An
+     * input read in place is the program's: once this rank's kernel ended,
+     * its stream may overwrite it under a slower peer's reads; that peer
+     * was poisoned first, and its next barrier fails the launch.
      */
     uint32_t given_up;
     uint32_t reported; /* claimed by the block that writes the control block */
@@ -187,9 +193,16 @@ SMDDP_KS_FN uint32_t smddp__ks_load_relaxed(const uint32_t *p)
     return *(const volatile uint32_t *)p;
 }
 
+/* After an acquire: src[] written by a peer's kernel, peer_base by this rank's host (a copy). */
 SMDDP_KS_FN uint64_t smddp__ks_load64(const uint64_t *p)
 {
-    return *(const volatile uint64_t *)p;
+    uint64_t v;
+#if __CUDA_ARCH__ >= 700
+    asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+#else
+    v = *(const volatile uint64_t *)p;
+#endif
+    return v;
 }
 
 /* given_up is also written by peers (system scope). */
@@ -348,6 +361,13 @@ SMDDP_KS_FN uint32_t smddp__ks_arrive_wait(const smddp__ks_comm_t *c, int stage,
             smddp__ks_pause();
         }
     }
+    /*
+     * A peer that gave up may have ended its kernel while this one read its
+     * data: an input read in place is the program's again once that kernel
+     * ended. It poisoned this rank before ending, so a barrier passed while
+     * poisoned fails the launch rather than let its output count.
+     */
+    if (smddp__ks_stopped(c, stage, b, e)) return SMDDP_KS_ABORTED;
     return SMDDP_KS_OK;
 }
 

@@ -584,9 +584,9 @@ static bool traced_in_place(smddp_comm_t comm, int rank)
  * SMDDP_CUDA_REGISTER_MIN=4096: the same buffers through rounds of
  * allreduce (out of place and in place), reduce_scatter and allgather (also
  * in place), so that from the third op on peers read the inputs where they
- * lie; then the input is freed and allocated anew (a new buffer, maybe at
- * the same address), and a graph captured on registered buffers is replayed
- * on new inputs. The flight recorder must show inputs read in place.
+ * lie; then a second input buffer (the first stays allocated, as
+ * registration requires), and a graph captured on registered buffers is
+ * replayed on new inputs. The flight recorder must show inputs read in place.
  */
 static void run_ks_registered(smddp_comm_t comm, int rank, int size, void *arg)
 {
@@ -603,10 +603,7 @@ static void run_ks_registered(smddp_comm_t comm, int rank, int size, void *arg)
     char *in = dalloc(bytes * P), *out = dalloc(bytes * P);
     char what[96];
     for (int round = 0; round < 2 * ROUNDS; round++) {
-        if (round == ROUNDS) {
-            CU(cudaFree(in));
-            in = dalloc(bytes * P);
-        }
+        if (round == ROUNDS) in = dalloc(bytes * P); /* the first stays allocated */
         for (size_t i = 0; i < n * P; i++) h[i] = reg_value(round, rank, i);
         CU(cudaMemcpy(in, h, bytes, cudaMemcpyHostToDevice));
         for (size_t i = 0; i < n; i++) {
@@ -674,11 +671,14 @@ static void run_ks_registered(smddp_comm_t comm, int rank, int size, void *arg)
     }
     CU(cudaGraphExecDestroy(exec));
     CU(cudaGraphDestroy(graph));
-    CU(cudaFree(in));
-    CU(cudaFree(out));
+    /*
+     * Registered buffers must outlive the communicator: they are left to the
+     * process's exit, after the harness destroyed it (once every rank is done).
+     */
+    CU(cudaStreamDestroy(stream));
+    H_CHECK(smddp_barrier(comm, NULL, NULL) == SMDDP_OK, "barrier: %s", smddp_get_last_error(comm));
     free(h);
     free(want);
-    CU(cudaStreamDestroy(stream));
 }
 
 /*

@@ -323,10 +323,14 @@ static void fill_round(int32_t *h, size_t n, int round, int r, size_t first)
  * Registered inputs (SMDDP_CUDA_REGISTER_MIN=4096): the same buffers
  * through rounds of allreduce (out of place and in place), reduce-scatter
  * and allgather (also in place); from the third op on, peers read them
- * where they lie. Then the input is freed and allocated again (most likely
- * at the same address: a new buffer, registered anew), and an unaligned
- * input is copied in. With arg set, rank 1 turns registration off: its
- * launches copy in beside peers that do not.
+ * where they lie. Then the input is freed and allocated again, most likely
+ * at the same address. A program must not do that to a registered
+ * allocation on a GPU (peers keep it mapped); the stand-in runtime keeps
+ * the freed memory mapped, which shows the cache is keyed by the buffer ID:
+ * the new allocation is registered anew, not read through the old slot.
+ * Then an unaligned input and a reduce-scatter in place are copied in.
+ * With arg set, rank 1 turns registration off: its launches copy in beside
+ * peers that do not, and it still maps theirs.
  */
 static void registered_rank(smddp_comm_t comm, int rank, int size, void *arg)
 {
@@ -398,6 +402,17 @@ static void registered_rank(smddp_comm_t comm, int rank, int size, void *arg)
     }
     H_OK(smddp_allreduce(comm, in + 4, out + 4, (int64_t)n, SMDDP_INT32, SMDDP_SUM, &attr, NULL));
     expect(st, want, out + 4, bytes, "unaligned allreduce", rank);
+    /* Reduce-scatter in place: the output is this rank's row of the input. */
+    fill_round(h, n * P, 98, rank, 0);
+    cudaMemcpyAsync(in, h, bytes * P, cudaMemcpyHostToDevice, st);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = 0;
+        for (int r = 0; r < size; r++) v += (uint32_t)round_value(98, r, (size_t)rank * n + i);
+        want[i] = (int32_t)v;
+    }
+    H_OK(smddp_reduce_scatter(comm, in, in + (size_t)rank * bytes, (int64_t)n, SMDDP_INT32,
+                              SMDDP_SUM, &attr, NULL));
+    expect(st, want, in + (size_t)rank * bytes, bytes, "reduce_scatter in place", rank);
     /* Where a peer registers, this rank read its input in place. */
     bool peers_register = !arg || size > 2 || rank == 1;
     H_CHECK(!peers_register || ks_model_in_place_reads > before,
