@@ -438,15 +438,48 @@ void ProcessGroupSMDDP::abort() {
   }
 }
 
+namespace {
+// The groups whose InUse this thread holds, innermost last.
+thread_local std::vector<const ProcessGroupSMDDP*> in_use_here;
+
+bool held_here(const ProcessGroupSMDDP* pg) {
+  return std::find(in_use_here.begin(), in_use_here.end(), pg) != in_use_here.end();
+}
+}  // namespace
+
 ProcessGroupSMDDP::InUse::InUse(ProcessGroupSMDDP& pg, Kind kind) : pg_(pg) {
   pg_.use_mutex_.lock_shared();
   if (kind == kCall && pg_.closing_.load()) {
     pg_.use_mutex_.unlock_shared();
     TORCH_CHECK(false, "smddp: the process group has been shut down");
   }
+  in_use_here.push_back(&pg_);
+}
+
+ProcessGroupSMDDP::InUse::~InUse() {
+  pg_.use_mutex_.unlock_shared();
+  auto it = std::find(in_use_here.rbegin(), in_use_here.rend(), &pg_);
+  if (it != in_use_here.rend()) {
+    in_use_here.erase(std::next(it).base());
+  }
+  if (!held_here(&pg_) && pg_.shutdown_deferred_.exchange(false)) {
+    pg_.shutdown_now();
+  }
 }
 
 void ProcessGroupSMDDP::shutdown() {
+  if (held_here(this)) {
+    // Inside one of this group's calls on this thread (a Future callback
+    // run by wait()): waiting here for the calls under way would wait for
+    // this very thread. Refuse new calls now, destroy once it lets go.
+    closing_.store(true);
+    shutdown_deferred_.store(true);
+    return;
+  }
+  shutdown_now();
+}
+
+void ProcessGroupSMDDP::shutdown_now() {
   std::call_once(shutdown_once_, [this] {
     closing_.store(true);
     // Calls and waits under way on other threads end first (a blocking call

@@ -308,12 +308,15 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // Held by each call into comm_ (a request's issue, a blocking call, a
   // wait on a request): shutdown() refuses new calls and waits for those
   // under way before it destroys the communicator, so that none runs on a
-  // freed one. A wait is not refused: what was issued completes.
+  // freed one. A wait is not refused: what was issued completes. A
+  // shutdown() on a thread that holds one (a Future callback run inside
+  // wait()) refuses new calls at once and destroys the communicator when
+  // that thread lets its last one go, instead of waiting for itself.
   class InUse {
    public:
     enum Kind { kCall, kWait };
     explicit InUse(ProcessGroupSMDDP& pg, Kind kind = kCall);  // kCall: throws once shut down
-    ~InUse() { pg_.use_mutex_.unlock_shared(); }
+    ~InUse();
     InUse(const InUse&) = delete;
     InUse& operator=(const InUse&) = delete;
 
@@ -430,6 +433,8 @@ class ProcessGroupSMDDP : public c10d::Backend {
   std::map<int64_t, std::function<void()>> abort_hooks_;
   std::atomic<bool> abort_hooks_ran_{false};
   std::once_flag shutdown_once_;
+  std::atomic<bool> shutdown_deferred_{false};  // asked for inside an InUse (see InUse)
+  void shutdown_now();
   // abort() may come from another thread (a watchdog) while shutdown()
   // destroys the communicator: it waits for the destroy rather than use a
   // communicator being freed (libsmddp's destroy must not race other calls).

@@ -1240,6 +1240,58 @@ def test_destroy_while_another_thread_calls():
     run_ranks(_check_destroy_during_calls, 2)
 
 
+def _check_destroy_from_callback(rank, world, gloo):
+    """destroy_process_group from a Future callback of one of the group's own
+    works: run by wait() on the calling thread (which is inside the group's
+    call), and by libsmddp's thread. Neither hangs; afterwards the group
+    refuses new calls, saying it is shut down, and the default group still
+    works."""
+    failures = []
+    for how in ("inside wait", "on libsmddp's thread"):
+        sub = dist.new_group(backend="smddp", timeout=timedelta(seconds=20))
+        t = torch.ones(1000)
+        seen = []
+
+        def destroy(fut, sub=sub, seen=seen):
+            try:
+                dist.destroy_process_group(sub)
+                seen.append("destroyed")
+            except Exception as err:  # noqa: BLE001  (reported as a failure below)
+                seen.append(f"{type(err).__name__}: {err}")
+
+        work = dist.all_reduce(t, group=sub, async_op=True)
+        chained = work.get_future().then(destroy)
+        start = time.monotonic()
+        if how == "inside wait":
+            work.wait()
+        else:
+            time.sleep(0.5)
+        chained.wait()
+        if seen != ["destroyed"]:
+            failures.append(f"{how}: the callback saw {seen}")
+        if time.monotonic() - start > 10:
+            failures.append(f"{how}: took {time.monotonic() - start:.1f} s")
+        if t[0].item() != world:
+            failures.append(f"{how}: the allreduce gave {t[0].item()}, expected {world}")
+        backend = sub._get_backend(torch.device("cpu"))
+        try:
+            backend.allreduce([t]).wait()
+            failures.append(f"{how}: the destroyed group still took an allreduce")
+        except RuntimeError as err:
+            if "shut down" not in str(err):
+                failures.append(f"{how}: refused with {err}")
+        dist.barrier(group=gloo)
+    x = torch.ones(3)
+    dist.all_reduce(x)
+    if x[0].item() != world:
+        failures.append(f"the default group gave {x[0].item()} afterwards")
+    return failures
+
+
+def test_destroy_from_a_works_callback():
+    run_ranks(_check_destroy_from_callback, 2)
+
+
 def _check_profiler_events(rank, world, gloo):
     from torch.profiler import ProfilerActivity, profile
 
