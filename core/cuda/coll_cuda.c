@@ -142,8 +142,8 @@ static void free_state(smddp_comm_t comm, struct smddp__cuda *c, bool shared)
  * The most blocks a collective kernel takes, the same on every rank (from
  * every local rank's card), so that every rank launches the same grids:
  * SMDDP_CUDA_KERNEL_BLOCKS up to the smallest GPU's SMs, else half of
- * them, divided among the most ranks that share one GPU (under MPS their kernels run at once, and each must fit
- * beside the others while it spins). One block per SM fits (ipc_kernels.cu
+ * them, divided among the most ranks that share one GPU (under MPS their
+ * kernels run at once, and each must fit beside the others while it spins). One block per SM fits (ipc_kernels.cu
  * launches 512 threads of up to 128 registers), so every block of a launch
  * is resident at once.
  */
@@ -209,7 +209,7 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
     do {                                                                      \
         cudaError_t e_ = (call);                                              \
         if (e_ != cudaSuccess) {                                              \
-            st = smddp__cuda_error(comm, #call, e_);                                 \
+            st = smddp__cuda_error(comm, #call, e_);                          \
             goto fail;                                                        \
         }                                                                     \
     } while (0)
@@ -339,27 +339,11 @@ fail:
     return st;
 }
 
-/*
- * Setup and teardown allocate and free, which a CUDA graph capture in
- * global mode forbids on every thread: they run in relaxed mode.
- */
-static enum cudaStreamCaptureMode relax_capture(void)
-{
-    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
-    return mode;
-}
-
-static void restore_capture(enum cudaStreamCaptureMode mode)
-{
-    cudaThreadExchangeStreamCaptureMode(&mode);
-}
-
 void smddp__cuda_teardown(smddp_comm_t comm)
 {
-    enum cudaStreamCaptureMode mode = relax_capture();
+    enum cudaStreamCaptureMode mode = smddp__cuda_relax_capture();
     free_state(comm, comm->cuda, comm->local_size > 1);
-    restore_capture(mode);
+    smddp__cuda_restore_capture(mode);
     comm->cuda = NULL;
 }
 
@@ -582,9 +566,9 @@ static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op, smdd
     CUDA_TRY(comm, cudaSetDevice(dev));
     if (!ipc) return algo(comm, op);
     if (!comm->cuda) {
-        enum cudaStreamCaptureMode mode = relax_capture();
+        enum cudaStreamCaptureMode mode = smddp__cuda_relax_capture();
         smddp_status_t st = setup(comm, op, dev);
-        restore_capture(mode);
+        smddp__cuda_restore_capture(mode);
         SMDDP_CHECK(st);
     }
     if (comm->cuda->device != dev)

@@ -1,6 +1,8 @@
 /*
- * A CUDA runtime error as an smddp error (coll_cuda.c, kernel_sync.c): the
- * call that failed, the error's name and text. Only built with CUDA.
+ * What coll_cuda.c and kernel_sync.c share about the CUDA runtime: a CUDA
+ * error as an smddp error (the call that failed, the error's name and
+ * text), and the thread's graph-capture mode relaxed around calls a
+ * capture in global mode forbids. Only built with CUDA.
  */
 #ifndef SMDDP_CORE_CUDA_CUDA_ERROR_H
 #define SMDDP_CORE_CUDA_CUDA_ERROR_H
@@ -21,5 +23,22 @@ static inline smddp_status_t smddp__cuda_error(smddp_comm_t comm, const char *wh
         cudaError_t e_ = (call);                                              \
         if (e_ != cudaSuccess) return smddp__cuda_error((comm), #call, e_);   \
     } while (0)
+
+/*
+ * Allocating, freeing, IPC handles: a CUDA graph capture in global mode
+ * forbids them on every thread, so they run in relaxed mode; returns the
+ * mode to restore.
+ */
+static inline enum cudaStreamCaptureMode smddp__cuda_relax_capture(void)
+{
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    return mode;
+}
+
+static inline void smddp__cuda_restore_capture(enum cudaStreamCaptureMode mode)
+{
+    cudaThreadExchangeStreamCaptureMode(&mode);
+}
 
 #endif /* SMDDP_CORE_CUDA_CUDA_ERROR_H */

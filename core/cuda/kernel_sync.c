@@ -67,8 +67,6 @@ static void registration_prepare(smddp_comm_t comm, smddp__ksync_t *k)
         why = "no peer on this node";
     else if (got != cudaSuccess || found != cudaDriverEntryPointSuccess || !k->get_attributes)
         why = "the driver has no cuPointerGetAttributes";
-    else if (cudaStreamCreateWithFlags(&k->reg_stream, cudaStreamNonBlocking) != cudaSuccess)
-        why = "no stream for it";
     else if (!(k->own = calloc(SMDDP_KS_SLOTS, sizeof(*k->own))) ||
              !(k->mapped = calloc((size_t)SMDDP_KS_MAX_RANKS * SMDDP_KS_SLOTS, sizeof(void *))))
         why = "out of memory";
@@ -112,8 +110,8 @@ static void map_peer(smddp_comm_t comm, smddp__ksync_t *k, int q)
                 uint64_t at = (uint64_t)(uintptr_t)base;
                 smddp__ks_region_t *region = k->ks.region[comm->local_rank];
                 e = cudaMemcpyAsync(&region->peer_base[q][s], &at, sizeof(at),
-                                    cudaMemcpyHostToDevice, k->reg_stream);
-                if (e == cudaSuccess) e = cudaStreamSynchronize(k->reg_stream);
+                                    cudaMemcpyHostToDevice, k->side);
+                if (e == cudaSuccess) e = cudaStreamSynchronize(k->side);
                 if (e != cudaSuccess) {
                     why = "writing where it is mapped failed";
                     cudaIpcCloseMemHandle(base);
@@ -203,13 +201,12 @@ smddp_status_t smddp__ksync_prepare(smddp_comm_t comm, smddp__ksync_t *k, void *
 {
     /*
      * Flags and launch counters start at zero before any peer can see them;
-     * on a stream of its own, beside whatever stream is being captured.
+     * on a stream of this communicator's own, beside whatever stream is
+     * being captured.
      */
-    cudaStream_t zs;
-    CUDA_TRY(comm, cudaStreamCreateWithFlags(&zs, cudaStreamNonBlocking));
-    cudaError_t e = cudaMemsetAsync(region, 0, SMDDP_KS_SCRATCH_OFFSET, zs);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(zs);
-    cudaStreamDestroy(zs);
+    CUDA_TRY(comm, cudaStreamCreateWithFlags(&k->side, cudaStreamNonBlocking));
+    cudaError_t e = cudaMemsetAsync(region, 0, SMDDP_KS_SCRATCH_OFFSET, k->side);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(k->side);
     if (e != cudaSuccess) return smddp__cuda_error(comm, "zeroing the kernels' flags", e);
     CUDA_TRY(comm, cudaHostAlloc((void **)&k->ctl, sizeof(*k->ctl), cudaHostAllocMapped));
     memset(k->ctl, 0, sizeof(*k->ctl));
@@ -267,26 +264,21 @@ smddp_status_t smddp__ksync_check(smddp_comm_t comm, const smddp__ksync_t *k)
                         comm->rank, verdict(comm, k));
 }
 
-/* One launch of job on the op's stream. */
+/*
+ * One launch of job on the op's stream (spec: the op's, with its AVG
+ * divisor; captured: whether the stream is being captured).
+ *
+ * Every launch waits for the one before it, wherever that ran: another
+ * stream, or a CUDA graph replayed since. Launches running side by side
+ * would share the launch counters and the scratch. Under capture, the wait
+ * and the record are "external" nodes, so that every replay waits for the
+ * latest launch and records its own.
+ */
 static smddp_status_t run(smddp_comm_t comm, smddp__ksync_t *k, smddp__op_t *op,
-                          const smddp__ks_job_t *job)
+                          const smddp__ks_job_t *job, const smddp__reduce_spec_t *spec,
+                          bool captured)
 {
     cudaStream_t stream = (cudaStream_t)op->stream;
-    int64_t ms = smddp__op_timeout_ms(comm, op);
-    k->ks.timeout_ns = ms <= 0 || (uint64_t)ms >= UINT64_MAX / 1000000u ? UINT64_MAX
-                                                                         : (uint64_t)ms * 1000000u;
-    smddp__reduce_spec_t spec = op->spec;
-    spec.avg_div = spec.op == SMDDP_AVG ? comm->size : 0;
-    /*
-     * Every launch waits for the one before it, wherever that ran: another
-     * stream, or a CUDA graph replayed since. Launches running side by side
-     * would share the launch counters and the scratch. Under capture, the
-     * wait and the record are "external" nodes, so that every replay waits
-     * for the latest launch and records its own.
-     */
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    CUDA_TRY(comm, cudaStreamIsCapturing(stream, &cap));
-    bool captured = cap == cudaStreamCaptureStatusActive;
     if (k->launched) {
         cudaError_t w = cudaStreamWaitEvent(stream, k->done, captured ? cudaEventWaitExternal : 0);
         if (w != cudaSuccess)
@@ -295,7 +287,7 @@ static smddp_status_t run(smddp_comm_t comm, smddp__ksync_t *k, smddp__op_t *op,
                                 "one failed: %s",
                                 comm->rank, smddp__op_kind_name(op->kind), cudaGetErrorString(w));
     }
-    int e = smddp__ks_launch(&k->ks, job, &spec, stream);
+    int e = smddp__ks_launch(&k->ks, job, spec, stream);
     if (e != 0) return smddp__cuda_error(comm, "the collective kernel's launch", (cudaError_t)e);
     if (captured)
         CUDA_TRY(comm, cudaEventRecordWithFlags(k->done, stream, cudaEventRecordExternal));
@@ -346,14 +338,20 @@ static smddp_status_t chunks(smddp_comm_t comm, smddp__ksync_t *k, smddp__op_t *
     size_t chunk = room / SMDDP_KS_VEC * SMDDP_KS_VEC;
     uint64_t slot = 0, base_off = 0;
     if (k->mapped && bytes) {
-        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-        cudaThreadExchangeStreamCaptureMode(&mode);
+        enum cudaStreamCaptureMode mode = smddp__cuda_relax_capture();
         map_peers(comm, k);
         if (k->register_min && bytes * rows >= k->register_min &&
             in_place_ok(comm, op, kind, bytes))
             slot = registered(comm, k, op->sendbuf, bytes * rows, &base_off);
-        cudaThreadExchangeStreamCaptureMode(&mode);
+        smddp__cuda_restore_capture(mode);
     }
+    int64_t ms = smddp__op_timeout_ms(comm, op);
+    k->ks.timeout_ns = ms <= 0 || (uint64_t)ms >= UINT64_MAX / 1000000u ? UINT64_MAX
+                                                                         : (uint64_t)ms * 1000000u;
+    smddp__reduce_spec_t spec = op->spec;
+    spec.avg_div = spec.op == SMDDP_AVG ? comm->size : 0;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    CUDA_TRY(comm, cudaStreamIsCapturing((cudaStream_t)op->stream, &cap));
     if (slot) {
         op->algo = kind == SMDDP_KS_ALLREDUCE_ONESHOT   ? "kernel one-shot, input in place"
                    : kind == SMDDP_KS_ALLREDUCE_TWOSHOT ? "kernel two-shot, input in place"
@@ -363,7 +361,7 @@ static smddp_status_t chunks(smddp_comm_t comm, smddp__ksync_t *k, smddp__op_t *
         smddp__ks_job_t job = {kind, (const char *)op->sendbuf + off, (char *)op->recvbuf + off,
                                SMDDP_MIN(chunk, bytes - off), pitch, slot,
                                slot ? base_off + off : 0};
-        SMDDP_CHECK(run(comm, k, op, &job));
+        SMDDP_CHECK(run(comm, k, op, &job, &spec, cap == cudaStreamCaptureStatusActive));
     }
     return SMDDP_OK;
 }
@@ -412,9 +410,9 @@ void smddp__ksync_release(smddp_comm_t comm, smddp__ksync_t *k)
     }
     free(k->own);
     k->own = NULL;
-    if (k->reg_stream) {
-        cudaStreamDestroy(k->reg_stream);
-        k->reg_stream = NULL;
+    if (k->side) {
+        cudaStreamDestroy(k->side);
+        k->side = NULL;
     }
     if (k->ctl) {
         pthread_mutex_lock(&comm->err_lock);

@@ -28,6 +28,7 @@ typedef struct smddp__ksync {
     smddp__ks_control_t *ctl;  /* this rank's control block, as the host sees it */
     cudaEvent_t done;          /* recorded after this rank's latest launch, eager or replayed */
     bool launched;
+    cudaStream_t side;         /* this communicator's own: zeroes the flags, writes peer_base */
     /*
      * Registration (SMDDP_CUDA_REGISTER_MIN; own and mapped NULL where it
      * cannot work here).
@@ -41,7 +42,6 @@ typedef struct smddp__ksync {
     uint32_t opened[SMDDP_KS_MAX_RANKS];
     bool open_failed[SMDDP_KS_MAX_RANKS]; /* stop mapping that peer's slots */
     void **mapped;             /* [q * SMDDP_KS_SLOTS + s]: peers' slots as mapped here */
-    cudaStream_t reg_stream;   /* writes peer_base */
     void *get_attributes;      /* the driver's cuPointerGetAttributes */
 } smddp__ksync_t;
 

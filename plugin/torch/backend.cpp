@@ -439,7 +439,8 @@ void ProcessGroupSMDDP::abort() {
 }
 
 namespace {
-// The groups whose InUse this thread holds, innermost last.
+// The groups whose InUse this thread holds, innermost last (InUse lives on
+// the stack, so they end in the reverse order).
 thread_local std::vector<const ProcessGroupSMDDP*> in_use_here;
 
 bool held_here(const ProcessGroupSMDDP* pg) {
@@ -458,11 +459,9 @@ ProcessGroupSMDDP::InUse::InUse(ProcessGroupSMDDP& pg, Kind kind) : pg_(pg) {
 
 ProcessGroupSMDDP::InUse::~InUse() {
   pg_.use_mutex_.unlock_shared();
-  auto it = std::find(in_use_here.rbegin(), in_use_here.rend(), &pg_);
-  if (it != in_use_here.rend()) {
-    in_use_here.erase(std::next(it).base());
-  }
-  if (!held_here(&pg_) && pg_.shutdown_deferred_.exchange(false)) {
+  in_use_here.pop_back();
+  if (pg_.shutdown_deferred_.load(std::memory_order_relaxed) && !held_here(&pg_) &&
+      pg_.shutdown_deferred_.exchange(false)) {
     pg_.shutdown_now();
   }
 }
@@ -522,58 +521,6 @@ c10::intrusive_ptr<WorkSMDDP> ProcessGroupSMDDP::new_work(c10d::OpType type,
     work->issued_at_ = std::chrono::steady_clock::now();
   }
   return work;
-}
-
-// ---- completion hooks --------------------------------------------------------------
-
-CompletionHooks::CompletionHooks(std::function<void(std::shared_ptr<c10d::WorkInfo>)> hook)
-    : hook_(std::move(hook)), thread_([this] { run(); }) {}
-
-CompletionHooks::~CompletionHooks() {
-  close();
-}
-
-void CompletionHooks::post(std::shared_ptr<c10d::WorkInfo> info) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (closing_) {
-      return;
-    }
-    queue_.push_back(std::move(info));
-  }
-  cv_.notify_one();
-}
-
-void CompletionHooks::close() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    closing_ = true;
-  }
-  cv_.notify_one();
-  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) {
-    thread_.join();
-  }
-}
-
-void CompletionHooks::run() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  for (;;) {
-    cv_.wait(lock, [this] { return closing_ || !queue_.empty(); });
-    if (queue_.empty()) {
-      return;  // closing, and everything queued was delivered
-    }
-    auto info = std::move(queue_.front());
-    queue_.pop_front();
-    lock.unlock();
-    try {
-      hook_(std::move(info));
-    } catch (const std::exception& e) {
-      LOG(WARNING) << "smddp: a completion hook raised: " << e.what();
-    } catch (...) {
-      LOG(WARNING) << "smddp: a completion hook raised";
-    }
-    lock.lock();
-  }
 }
 
 #ifdef SMDDP_C10D_BACKEND_HAS_COMPLETION_HOOK
