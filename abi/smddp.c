@@ -19,6 +19,7 @@
 #include "progress.h"
 #include "trace.h"
 #include "queue.h"
+#include "transport/shm.h"
 
 #define ACCEPTED_DTYPES \
     "int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16, bfloat16, float32, float64"
@@ -216,6 +217,20 @@ smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeout_ms)
                              "< 0 for SMDDP_TIMEOUT");
     atomic_store(&comm->timeout_ms, smddp__timeout_ms(timeout_ms));
     return SMDDP_OK;
+}
+
+smddp_status_t smddp_mem_alloc(smddp_comm_t comm, size_t bytes, void **ptr)
+{
+    if (!comm) return INVALID(NULL, "smddp_mem_alloc: comm is NULL");
+    if (!ptr) return INVALID(comm, "smddp_mem_alloc: ptr is NULL");
+    if (bytes == 0) return INVALID(comm, "smddp_mem_alloc: bytes is 0; ask for 1 or more");
+    return smddp__pool_alloc(comm, bytes, ptr);
+}
+
+smddp_status_t smddp_mem_free(void *ptr)
+{
+    if (!ptr) return SMDDP_OK;
+    return smddp__pool_free(ptr);
 }
 
 smddp_status_t smddp_comm_destroy(smddp_comm_t comm)

@@ -12,11 +12,13 @@
  *           mapping, as they would if the backend handed torch its tensors
  *           (Backend::allocateTensor): rank r sums block r across all inputs
  *           and writes it into every rank's output; no staging at all
+ *   pooled  smddp_allreduce on buffers from smddp_mem_alloc: the library's
+ *           own in-place path (what allocateTensor hands torch)
  *
  * Each reference is timed between two smddp barriers per call (the least
  * any real implementation needs); its result is checked. A single-thread
- * memcpy rate of the same size is printed beside them. Ratios are the
- * reference's time over smddp's (above 1: smddp is faster).
+ * memcpy rate of the same size is printed beside them. Ratios are each
+ * other's time over smddp's (above 1: smddp on its staging is faster).
  *
  *   smddp_single_copy -p 2 [-b 64K] [-e 64M] [-n 20] [--bind]
  */
@@ -227,6 +229,9 @@ int main(int argc, char **argv)
     }
     float *in = aligned_alloc(4096, slot), *out = aligned_alloc(4096, slot);
     float *tmp = aligned_alloc(4096, slot);
+    float *pin, *pout;
+    check(smddp_mem_alloc(comm, slot, (void **)&pin), "smddp_mem_alloc");
+    check(smddp_mem_alloc(comm, slot, (void **)&pout), "smddp_mem_alloc");
     memset(out, 0, slot);
     memset(tmp, 0, slot);
     peer_addr_t me = {(uint64_t)getpid(), (uint64_t)(uintptr_t)in, (uint64_t)(uintptr_t)out};
@@ -236,17 +241,18 @@ int main(int argc, char **argv)
     if (rank == 0) {
         printf("# float32 sum allreduce, %d ranks, time in us (slowest rank's mean of %d)\n",
                nranks, iters);
-        printf("%10s %10s %10s %10s %12s %10s %10s\n", "size(B)", "smddp", "cma", "inshm",
-               "memcpy GB/s", "cma/smddp", "inshm/smddp");
+        printf("%10s %10s %10s %10s %10s %12s %10s %10s %12s\n", "size(B)", "smddp", "cma",
+               "inshm", "pooled", "memcpy GB/s", "cma/smddp", "inshm/smddp", "pooled/smddp");
     }
     long wrong_total = 0;
     for (size_t bytes = min_b; bytes <= max_b; bytes *= 4) {
         size_t n = bytes / sizeof(float);
         fill(in, n);
         fill(ins[rank], n);
+        fill(pin, n);
         barrier();
-        double t[3];
-        for (int which = 0; which < 3; which++) {
+        double t[4];
+        for (int which = 0; which < 4; which++) {
             for (int k = -2; k < iters; k++) { /* two warm-up calls */
                 if (k == 0) {
                     barrier();
@@ -256,27 +262,35 @@ int main(int argc, char **argv)
                     check(smddp_allreduce(comm, in, out, (int64_t)n, SMDDP_FLOAT32, SMDDP_SUM,
                                           NULL, NULL), "smddp_allreduce");
                 else if (which == 1) cma_allreduce(peers, in, out, tmp, n);
-                else inshm_allreduce(ins, outs, n);
+                else if (which == 2) inshm_allreduce(ins, outs, n);
+                else
+                    check(smddp_allreduce(comm, pin, pout, (int64_t)n, SMDDP_FLOAT32, SMDDP_SUM,
+                                          NULL, NULL), "smddp_allreduce");
             }
             t[which] = max_over_ranks((now_s() - t[which]) / iters);
-            long wrong = count_wrong(which == 2 ? outs[rank] : out, n);
+            float *result = which == 2 ? outs[rank] : which == 3 ? pout : out;
+            long wrong = count_wrong(result, n);
             if (wrong) {
+                static const char *const names[] = {"smddp", "cma", "inshm", "pooled"};
                 fprintf(stderr, "smddp_single_copy: rank %d: %s: %ld wrong element(s) at %zu B\n",
-                        rank, which == 0 ? "smddp" : which == 1 ? "cma" : "inshm", wrong, bytes);
+                        rank, names[which], wrong, bytes);
                 wrong_total += wrong;
             }
-            memset(which == 2 ? outs[rank] : out, 0, bytes);
+            memset(result, 0, bytes);
             barrier();
         }
         double mc = 0;
         if (rank == 0) mc = memcpy_rate(bytes);
         barrier();
         if (rank == 0) {
-            printf("%10zu %10.1f %10.1f %10.1f %12.2f %10.2f %10.2f\n", bytes, t[0] * 1e6,
-                   t[1] * 1e6, t[2] * 1e6, mc, t[1] / t[0], t[2] / t[0]);
+            printf("%10zu %10.1f %10.1f %10.1f %10.1f %12.2f %10.2f %10.2f %12.2f\n", bytes,
+                   t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, t[3] * 1e6, mc, t[1] / t[0], t[2] / t[0],
+                   t[3] / t[0]);
             fflush(stdout);
         }
     }
+    smddp_mem_free(pin);
+    smddp_mem_free(pout);
     smddp_comm_destroy(comm);
     return wrong_total ? 1 : 0;
 }

@@ -50,7 +50,10 @@ from the same seed, steps alternating between the two, a third DDP whose
 comm hook communicates nothing (the floor set by compute, the optimizer and
 DDP's own bucket copies) and a fourth whose hook copies each bucket once (the
 memory reference: the least traffic an allreduce of the bucket needs), mean
-step time without the first 3 steps. Last, the speed targets with PASS/FAIL.
+step time without the first 3 steps. Then FSDP2 (fully_shard) on the same
+model over smddp with torch's buffers, over smddp with its all-gather and
+reduce-scatter buffers from the group (allocate_tensor: smddp's pools), and
+over gloo, steps alternating. Last, the speed targets with PASS/FAIL.
 """
 
 from __future__ import annotations
@@ -481,6 +484,58 @@ def run_ddp(torch, dist, args, groups, ctl, rank):
             "allreduce_alone": a.item()}
 
 
+def run_fsdp(torch, dist, args, groups, ctl, rank):
+    """FSDP2 steps of the DDP model over smddp (torch's buffers, then the group's
+    pools for the all-gather and reduce-scatter buffers) and gloo, alternating."""
+    import torch.nn as nn
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    def model(group, pooled):
+        torch.manual_seed(0)
+        layers = []
+        for _ in range(args.ddp_layers):
+            layers += [nn.Linear(2048, 2048), nn.ReLU()]
+        m = nn.Sequential(*layers)
+        mesh = DeviceMesh.from_group(group, "cpu")
+        for layer in m:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(m, mesh=mesh)
+        if pooled:
+            for sub in m.modules():
+                if hasattr(sub, "set_allocate_memory_from_process_group_for_comm"):
+                    sub.set_allocate_memory_from_process_group_for_comm(True)
+        return m
+
+    kinds = {"smddp": (groups["smddp"], False), "smddp, pooled buffers": (groups["smddp"], True),
+             "gloo": (groups["gloo"], False)}
+    models = {k: model(g, pooled) for k, (g, pooled) in kinds.items()}
+    optims = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
+    gen = torch.Generator().manual_seed(2000 + rank)
+    times = {k: [] for k in models}
+    for step in range(args.ddp_steps):
+        x = torch.randn(args.ddp_batch, 2048, generator=gen)
+        for k in models:
+            dist.barrier(group=ctl)
+            t0 = time.perf_counter()
+            optims[k].zero_grad(set_to_none=False)
+            models[k](x).square().mean().backward()
+            optims[k].step()
+            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
+            times[k].append(t.item())
+    diff = max((a.full_tensor() - b.full_tensor()).abs().max().item() for a, b in
+               zip(models["smddp, pooled buffers"].parameters(), models["gloo"].parameters()))
+    import smddp
+    with tempfile.TemporaryDirectory() as d:
+        with open(smddp.dump_trace(groups["smddp"], os.path.join(d, "trace.json"))) as f:
+            trace = json.load(f)
+    ops = trace["ops"] if isinstance(trace, dict) else trace
+    pooled = sorted({op["kind"] for op in ops if "in pools" in (op.get("algo") or "")})
+    return {"times": times, "param_maxdiff": diff, "in_pools": pooled}
+
+
 def worker(rank: int, args, port: int | None, result_path: str | None) -> None:
     where = int(os.environ.get("LOCAL_RANK", rank)) if args.launched else rank
     cpu = pin(where) if not args.no_pin else "any"
@@ -548,6 +603,7 @@ def worker(rank: int, args, port: int | None, result_path: str | None) -> None:
                   file=sys.stderr, flush=True)
     if args.ddp:
         res["ddp"] = run_ddp(torch, dist, args, groups, ctl, rank)
+        res["fsdp"] = run_fsdp(torch, dist, args, groups, ctl, rank)
     if rank == 0:
         with open(result_path, "w") as f:
             json.dump(res, f)
@@ -750,6 +806,26 @@ def report(args, res: dict, wall: float) -> int:
             targets.append(("DDP step time <= 0.7x gloo's", r <= 0.7, f"smddp/gloo = {r:.3f}"))
             targets.append(("DDP step time <= 1.1x the floor's (issue 22)", over <= 0.1,
                             f"+{over * 100:.1f}%"))
+    if "fsdp" in res:
+        d = res["fsdp"]
+        skip = 3 if args.ddp_steps > 3 else 0
+        mean = {k: sum(t[skip:]) / len(t[skip:]) for k, t in d["times"].items()}
+        print()
+        print(f"## FSDP2: the same model, each Linear and the root fully_shard'ed, "
+              f"{args.ddp_steps} steps, mean without the first {skip}")
+        print()
+        print("| FSDP2 over | mean step ms | min ms | max ms | / gloo's |")
+        print("|---|---:|---:|---:|---:|")
+        for k, t in d["times"].items():
+            t = t[skip:]
+            print(f"| {k} | {mean[k] * 1e3:.1f} | {min(t) * 1e3:.1f} | {max(t) * 1e3:.1f} | "
+                  f"{mean[k] / mean['gloo']:.3f} |")
+        print()
+        print(f"Pooled buffers (set_allocate_memory_from_process_group_for_comm): step time "
+              f"{mean['smddp, pooled buffers'] / mean['smddp']:.3f}x smddp's with torch's "
+              f"buffers; collectives that ran in the pools: {', '.join(d['in_pools']) or 'none'}; "
+              f"max |param pooled - param gloo| after {args.ddp_steps} steps = "
+              f"{d['param_maxdiff']:.3g}")
     print()
     print("## Speed targets")
     print()

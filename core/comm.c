@@ -79,6 +79,7 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     SMDDP_CHECK_GOTO(smddp__topo_discover(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__topo_check(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__shm_setup(comm), st, fail);
+    SMDDP_CHECK_GOTO(smddp__pool_setup(comm), st, fail_shm);
     comm->progress = smddp__progress_new(comm);
     if (comm->node_count > 1) {
         SMDDP_CHECK_GOTO(smddp__ofi_setup(comm), st, fail_shm);
@@ -102,6 +103,7 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
 fail_shm:
     smddp__watch_close(comm);
     smddp__ofi_teardown(comm);
+    smddp__pool_teardown(comm);
     smddp__shm_teardown(comm);
 fail:
     comm_free(comm);
@@ -136,6 +138,7 @@ smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
     }
     /* The network first: its registrations cover the shm segment. */
     smddp__ofi_teardown(comm);
+    smddp__pool_teardown(comm);
     smddp__shm_teardown(comm);
     smddp__store_unref(comm->store);
     comm_free(comm);

@@ -60,6 +60,10 @@ static const param_row_t rows[] = {
      OFF(oneshot_max), 0, NULL},
     {"SMDDP_SHM_BUFFER_SIZE", P_SIZE, "4194304",
      "shared-memory staging buffer per local rank (bytes)", OFF(shm_buffer), 0, NULL},
+    {"SMDDP_SHM_POOL_SIZE", P_SIZE, "2G",
+     "address space per local rank for smddp_mem_alloc (torch: allocate_tensor), memory that "
+     "local peers read and write in place; backed only as allocated; 0 turns it off",
+     OFF(shm_pool), 0, NULL},
     {"SMDDP_STREAM_MIN", P_SIZE, "8388608",
      "collectives moving at least this many bytes write results with non-temporal stores",
      OFF(stream_min), 0, NULL},

@@ -34,6 +34,7 @@ typedef struct smddp__params {
     int64_t oneshot_max;        /* SMDDP_ALLREDUCE_ONESHOT_MAX bytes */
     smddp__allreduce_algo_t algo; /* SMDDP_ALLREDUCE_ALGO */
     int64_t shm_buffer;         /* SMDDP_SHM_BUFFER_SIZE bytes per rank */
+    int64_t shm_pool;           /* SMDDP_SHM_POOL_SIZE bytes per rank (0: no pool) */
     int64_t stream_min;         /* SMDDP_STREAM_MIN: results this large bypass the caches */
     int64_t p2p_buffer;         /* SMDDP_P2P_BUFFER_SIZE bytes per rank pair */
     int64_t p2p_set_aside_max;  /* SMDDP_P2P_SET_ASIDE_MAX bytes */

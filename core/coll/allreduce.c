@@ -17,6 +17,15 @@
  * Reduce (to a root) is two-shot without the final copy on non-roots.
  * Reduce-scatter is the first half of two-shot with the result written
  * straight into the output.
+ *
+ * Pools (transport/shm_pool.c): a rank whose input lies in its pool does not
+ * copy it in; peers read it where it lies (one-shot: every rank reduces
+ * straight from the pooled inputs). When every input and output of a
+ * two-shot allreduce lies in a pool, each rank reduces its block of the
+ * whole message from every input and writes it into every output: one
+ * step, no staging. Reduce-scatter with every input pooled likewise reduces
+ * straight from the inputs. A rank whose input peers read in place returns
+ * only after every peer is done with it.
  */
 #include <string.h>
 
@@ -37,13 +46,28 @@ static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
     smddp__reduce_spec_t spec = op->spec;
     spec.avg_div = comm->size;
 
+    smddp__pooled_t pl = {0};
+    uint64_t in_ref = 0;
+    if (smddp__pool_on(comm)) {
+        /* In place, each rank would overwrite its input while peers still read it. */
+        const char *in = op->sendbuf, *out = op->recvbuf;
+        if (out + bytes <= in || in + bytes <= out) in_ref = smddp__pool_ref(comm, in, bytes);
+        smddp__pool_publish(comm, op, in_ref, 0);
+    }
     SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
-    memcpy(smddp__shm_buf(comm, me, h), op->sendbuf, bytes);
-    SMDDP_CHECK(smddp__shm_sync(comm, op));
-    for (int q = 0; q < p; q++) srcs[q] = q == me ? op->sendbuf : smddp__shm_buf(comm, q, h);
+    if (!in_ref) memcpy(smddp__shm_buf(comm, me, h), op->sendbuf, bytes);
+    uint32_t t = smddp__shm_post(comm);
+    SMDDP_CHECK(smddp__shm_wait_all(comm, op, t));
+    if (smddp__pool_on(comm)) {
+        smddp__pool_peers(comm, op, t, &pl);
+        if (pl.all_in) op->algo = "one-shot in pools";
+    }
+    for (int q = 0; q < p; q++)
+        srcs[q] = q == me ? op->sendbuf : pl.in && pl.in[q] ? pl.in[q] : smddp__shm_buf(comm, q, h);
     smddp__reduce(&spec, op->recvbuf, srcs, p, op->count);
     smddp__shm_step_end(comm, h);
-    return SMDDP_OK;
+    /* Peers read my input in place: it is mine again once they all ended this step. */
+    return in_ref ? smddp__shm_step_wait(comm, op, h) : SMDDP_OK;
 }
 
 /*
@@ -67,6 +91,26 @@ static void reduce_and_copy(const smddp__reduce_spec_t *spec, char *out, char *d
     }
 }
 
+/*
+ * Every input and output in a pool: reduces this rank's block of all n
+ * elements into its output, a slice at a time, and copies each slice on
+ * into every peer's output.
+ */
+static void reduce_and_push(const smddp__reduce_spec_t *spec, const smddp__pooled_t *pl, int p,
+                            int me, size_t off, size_t n, int stream)
+{
+    size_t es = smddp__dtype_size(spec->dtype), slice = SMDDP_MAX(HOT_SLICE / es, (size_t)1);
+    const void *at[MAX_LOCAL];
+    for (size_t o = off; o < off + n; o += slice) {
+        size_t len = SMDDP_MIN(slice, off + n - o);
+        for (int q = 0; q < p; q++) at[q] = pl->in[q] + o * es;
+        char *mine = pl->out[me] + o * es;
+        smddp__reduce(spec, mine, at, p, len);
+        for (int q = 0; q < p; q++)
+            if (q != me) smddp__copy(pl->out[q] + o * es, mine, len * es, stream);
+    }
+}
+
 /* Two-shot; with root >= 0 only the root copies the result out (reduce). */
 static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int root_lr)
 {
@@ -80,6 +124,12 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
     spec.avg_div = comm->size;
     int stream = op->count * es >= (size_t)smddp__params()->stream_min;
     bool copy_out = root_lr < 0 || root_lr == me;
+    smddp__pooled_t pl = {0};
+    uint64_t in_ref = 0;
+    if (smddp__pool_on(comm)) {
+        in_ref = smddp__pool_ref(comm, send, op->count * es);
+        smddp__pool_publish(comm, op, in_ref, smddp__pool_ref(comm, recv, op->count * es));
+    }
 
     for (size_t base = 0; base < op->count; base += round_elems) {
         size_t m = SMDDP_MIN(round_elems, op->count - base);
@@ -88,13 +138,29 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
         SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
         char *mine = smddp__shm_buf(comm, me, h);
         /* Everything but my own piece goes to staging; mine is read in place. */
-        memcpy(mine, send + base * es, my_off * es);
-        memcpy(mine + (my_off + my_len) * es, send + (base + my_off + my_len) * es,
-               (m - my_off - my_len) * es);
-        SMDDP_CHECK(smddp__shm_sync(comm, op));
+        if (!in_ref) {
+            memcpy(mine, send + base * es, my_off * es);
+            memcpy(mine + (my_off + my_len) * es, send + (base + my_off + my_len) * es,
+                   (m - my_off - my_len) * es);
+        }
+        uint32_t t = smddp__shm_post(comm);
+        SMDDP_CHECK(smddp__shm_wait_all(comm, op, t));
+        if (base == 0 && smddp__pool_on(comm)) {
+            smddp__pool_peers(comm, op, t, &pl);
+            if (pl.all_in && pl.all_out && root_lr < 0) {
+                size_t off, len;
+                smddp__piece(op->count, p, me, &off, &len);
+                op->algo = "in pools";
+                reduce_and_push(&spec, &pl, p, me, off, len, stream);
+                SMDDP_CHECK(smddp__shm_sync(comm, op));
+                smddp__shm_step_end(comm, h);
+                return SMDDP_OK;
+            }
+        }
         for (int q = 0; q < p; q++)
-            srcs[q] = q == me ? send + (base + my_off) * es
-                              : (const char *)smddp__shm_buf(comm, q, h) + my_off * es;
+            srcs[q] = q == me  ? send + (base + my_off) * es
+                      : pl.in && pl.in[q] ? pl.in[q] + (base + my_off) * es
+                                          : (const char *)smddp__shm_buf(comm, q, h) + my_off * es;
         if (copy_out)
             reduce_and_copy(&spec, recv + (base + my_off) * es, mine + my_off * es, srcs, p,
                             my_len, stream);
@@ -146,7 +212,7 @@ smddp_status_t smddp__reduce_root(smddp_comm_t comm, smddp__op_t *op)
 smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
 {
     size_t es = smddp__dtype_size(op->dtype);
-    int p = comm->local_size, me = comm->local_rank, h;
+    int p = comm->local_size, me = comm->local_rank, h = 0;
     size_t n = op->count; /* per rank */
     size_t round_elems = smddp__shm_half_size(comm) / es / (size_t)p;
     const char *send = op->sendbuf;
@@ -157,17 +223,35 @@ smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
 
     if (round_elems == 0) round_elems = 1;
     int stream = n * es >= (size_t)smddp__params()->stream_min / (size_t)p;
+    smddp__pooled_t pl = {0};
+    uint64_t in_ref = 0;
+    if (smddp__pool_on(comm)) {
+        in_ref = smddp__pool_ref(comm, send, n * (size_t)p * es);
+        smddp__pool_publish(comm, op, in_ref, 0);
+    }
     for (size_t base = 0; base < n; base += round_elems) {
         size_t m = SMDDP_MIN(round_elems, n - base);
         SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
         char *mine = smddp__shm_buf(comm, me, h);
-        for (int q = 0; q < p; q++)
+        for (int q = 0; q < p && !in_ref; q++)
             if (q != me)
                 memcpy(mine + (size_t)q * m * es, send + ((size_t)q * n + base) * es, m * es);
-        SMDDP_CHECK(smddp__shm_sync(comm, op));
+        uint32_t t = smddp__shm_post(comm);
+        SMDDP_CHECK(smddp__shm_wait_all(comm, op, t));
+        if (base == 0 && smddp__pool_on(comm)) {
+            smddp__pool_peers(comm, op, t, &pl);
+            if (pl.all_in) {
+                for (int q = 0; q < p; q++) srcs[q] = pl.in[q] + (size_t)me * n * es;
+                op->algo = "in pools";
+                smddp__reduce(&spec, recv, srcs, p, n);
+                smddp__shm_step_end(comm, h);
+                return smddp__shm_step_wait(comm, op, h);
+            }
+        }
         for (int q = 0; q < p; q++)
-            srcs[q] = q == me ? send + ((size_t)me * n + base) * es
-                              : (const char *)smddp__shm_buf(comm, q, h) + (size_t)me * m * es;
+            srcs[q] = q == me  ? send + ((size_t)me * n + base) * es
+                      : pl.in && pl.in[q] ? pl.in[q] + ((size_t)me * n + base) * es
+                                          : (const char *)smddp__shm_buf(comm, q, h) + (size_t)me * m * es;
         if (stream) {
             /* My own slot in my half is free: reduce there, then stream out. */
             char *tmp = mine + (size_t)me * m * es;
@@ -178,5 +262,6 @@ smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
         }
         smddp__shm_step_end(comm, h);
     }
-    return SMDDP_OK;
+    /* Peers read my input in place: it is mine again once they all ended their last step. */
+    return in_ref ? smddp__shm_step_wait(comm, op, h) : SMDDP_OK;
 }

@@ -38,34 +38,56 @@ smddp_status_t smddp__coll_broadcast(smddp_comm_t comm, smddp__op_t *op)
     return SMDDP_OK;
 }
 
-/* Allgather and gather: with root >= 0 only the root copies out. */
+/*
+ * Allgather and gather: with root >= 0 only the root copies out. An
+ * allgather input in a pool (transport/shm_pool.c) is not staged: peers copy
+ * it from where it lies, and when every input is pooled, in one step.
+ */
 static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root)
 {
     size_t es = smddp__dtype_size(op->dtype);
     size_t bytes = op->count * es;
     size_t half = smddp__shm_half_size(comm);
-    int p = comm->local_size, me = comm->local_rank, h;
+    int p = comm->local_size, me = comm->local_rank, h = 0;
     const char *send = op->sendbuf;
     char *recv = op->recvbuf;
     int stream = bytes * (size_t)p >= (size_t)smddp__params()->stream_min;
+    smddp__pooled_t pl = {0};
+    uint64_t in_ref = 0;
+    bool pools = root < 0 && smddp__pool_on(comm);
+    if (pools) {
+        in_ref = smddp__pool_ref(comm, send, bytes);
+        smddp__pool_publish(comm, op, in_ref, 0);
+    }
     for (size_t off = 0; off < bytes; off += half) {
         size_t n = SMDDP_MIN(half, bytes - off);
         SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
-        memcpy(smddp__shm_buf(comm, me, h), send + off, n);
+        if (!in_ref) memcpy(smddp__shm_buf(comm, me, h), send + off, n);
         uint32_t t = smddp__shm_post(comm);
         if (root >= 0 && root != me) SMDDP_CHECK(smddp__shm_wait(comm, op, root, t));
         if (root < 0 || root == me) {
             SMDDP_CHECK(smddp__shm_wait_all(comm, op, t));
+            if (off == 0 && pools) {
+                smddp__pool_peers(comm, op, t, &pl);
+                if (pl.all_in) {
+                    op->algo = "in pools";
+                    n = bytes;
+                    off = bytes; /* one step */
+                }
+            }
+            size_t at = pl.all_in ? 0 : off;
             for (int q = 0; q < p; q++) {
-                char *dst = recv + (size_t)comm->local_ranks[q] * bytes + off;
+                char *dst = recv + (size_t)comm->local_ranks[q] * bytes + at;
+                const char *src = pl.in && pl.in[q] ? pl.in[q] + at : smddp__shm_buf(comm, q, h);
                 /* Own data too comes from staging: in place, recv may overlap send. */
-                if (q == me && dst == send + off) continue;
-                smddp__copy(dst, smddp__shm_buf(comm, q, h), n, stream);
+                if (q == me && (dst == send + at || in_ref)) src = send + at;
+                if (dst != src) smddp__copy(dst, src, n, stream);
             }
         }
         smddp__shm_step_end(comm, h);
     }
-    return SMDDP_OK;
+    /* Peers read my input in place: it is mine again once they all ended their last step. */
+    return in_ref ? smddp__shm_step_wait(comm, op, h) : SMDDP_OK;
 }
 
 smddp_status_t smddp__coll_scatter(smddp_comm_t comm, smddp__op_t *op)

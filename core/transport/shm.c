@@ -9,7 +9,8 @@
  *   header | ctrl[P] | meta[P][2] | progress[P] | ring ctrl[P][P] | data[P][2 halves] |
  *   ring data[P][P]
  *
- * (shm_segment.h; the pair rings that carry send/recv are in shm_ring.c).
+ * (shm_segment.h; the pair rings that carry send/recv are in shm_ring.c; the
+ * pools, memory peers read and write in place, in shm_pool.c, above this file).
  *
  * Each rank owns one counter (ctrl[r].ctr) that only it increments. Waiting
  * for a peer is "wait until its counter reaches a value": spin for a few
@@ -138,7 +139,7 @@ static void set_wait_policy(smddp__shm_t *s, int p)
                                      : (oversubscribed ? 200 * 1000 : 2 * 1000 * 1000);
 }
 
-static smddp_status_t random_name(char *out, size_t cap)
+smddp_status_t smddp__shm_random_name(char *out, size_t cap)
 {
     unsigned char rnd[16];
     size_t got = 0;
@@ -189,7 +190,7 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
 
     snprintf(key, sizeof(key), "%s/shm/%d", comm->prefix, comm->node);
     if (comm->local_rank == 0) {
-        SMDDP_CHECK_GOTO(random_name(s->name, sizeof(s->name)), st, fail);
+        SMDDP_CHECK_GOTO(smddp__shm_random_name(s->name, sizeof(s->name)), st, fail);
         fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR, 0600);
         if (fd < 0) {
             st = smddp__error(SMDDP_ERR_SYSTEM, "shm_open(%s) failed: %s", s->name,
@@ -616,6 +617,11 @@ smddp_status_t smddp__shm_step_begin(smddp_comm_t comm, smddp__op_t *op, int *ha
 void smddp__shm_step_end(smddp_comm_t comm, int half)
 {
     comm->shm->free_at[half] = smddp__shm_post(comm);
+}
+
+smddp_status_t smddp__shm_step_wait(smddp_comm_t comm, smddp__op_t *op, int half)
+{
+    return smddp__shm_wait_all(comm, op, comm->shm->free_at[half]);
 }
 
 void *smddp__shm_buf(smddp_comm_t comm, int lr, int half)

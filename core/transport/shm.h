@@ -37,6 +37,8 @@ smddp_status_t smddp__shm_sync(smddp_comm_t comm, smddp__op_t *op);
  */
 smddp_status_t smddp__shm_step_begin(smddp_comm_t comm, smddp__op_t *op, int *half);
 void smddp__shm_step_end(smddp_comm_t comm, int half);
+/* Waits until every peer made its step_end of this rank's last step on half. */
+smddp_status_t smddp__shm_step_wait(smddp_comm_t comm, smddp__op_t *op, int half);
 void *smddp__shm_buf(smddp_comm_t comm, int lr, int half);
 /* How long this node's waits spin, then yield, before they sleep (see shm.c). */
 void smddp__shm_wait_policy(smddp_comm_t comm, int64_t *spin_ns, int64_t *yield_ns);
@@ -97,6 +99,43 @@ _Atomic uint32_t *smddp__shm_words(smddp_comm_t comm, int lr);
 /* A small per-rank slot (512 bytes, two by parity) for metadata exchanges. */
 void *smddp__shm_meta(smddp_comm_t comm, int lr, int parity);
 #define SMDDP_SHM_META_SIZE 512
+
+/*
+ * Pools (shm_pool.c): memory of this rank's that local peers map. setup
+ * (collective over the local ranks, after smddp__shm_setup) creates this
+ * rank's and maps every peer's; teardown (before smddp__shm_teardown) unmaps
+ * them, leaving this rank's pool to its live allocations.
+ */
+smddp_status_t smddp__pool_setup(smddp_comm_t comm);
+void smddp__pool_teardown(smddp_comm_t comm);
+/*
+ * smddp__pool_alloc hands out a range (SMDDP_ERR_NOT_SUPPORTED without a
+ * pool); smddp__pool_free takes it back, whichever communicator it came
+ * from, also after that communicator is gone.
+ */
+smddp_status_t smddp__pool_alloc(smddp_comm_t comm, size_t bytes, void **out);
+smddp_status_t smddp__pool_free(void *ptr);
+/* Whether this communicator has pools. */
+bool smddp__pool_on(smddp_comm_t comm);
+/* 1 + the offset of [ptr, ptr + bytes) in this rank's pool; 0 when it is not all in it. */
+uint64_t smddp__pool_ref(smddp_comm_t comm, const void *ptr, size_t bytes);
+/*
+ * Publishes where this rank's input and output of op lie (smddp__pool_ref
+ * values), for the next post; call it right before that post's step.
+ * smddp__pool_peer, after waiting for local rank lr's post `tag` of the same
+ * step, gives lr's input and output in its pool, NULL where they are not.
+ */
+void smddp__pool_publish(smddp_comm_t comm, const smddp__op_t *op, uint64_t in_ref,
+                         uint64_t out_ref);
+void smddp__pool_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t tag,
+                      char **in, char **out);
+/* smddp__pool_peer for every local rank, this one too; all_*: none is NULL. */
+typedef struct smddp__pooled {
+    char **in, **out;
+    bool all_in, all_out;
+} smddp__pooled_t;
+void smddp__pool_peers(smddp_comm_t comm, const smddp__op_t *op, uint32_t tag,
+                       smddp__pooled_t *out);
 
 /*
  * Point-to-point through the pair rings, never blocking: put copies up to len

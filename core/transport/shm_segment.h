@@ -83,7 +83,16 @@ struct smddp__shm {
     bool op_active;
     uint32_t op_base;
     smddp__op_desc_t desc;
+    struct smddp__pool *pool; /* this rank's (shm_pool.c); NULL: pools off */
+    char **peer_pool;         /* every local rank's pool, mapped here */
+    char **pooled_in, **pooled_out; /* smddp__pool_peers' answers */
+    size_t pool_size;
+    char pool_name[64];       /* until unlinked */
 };
+
+/* An unguessable /dev/shm name, "/smddp-PID-HEX". */
+smddp_status_t smddp__shm_random_name(char *out, size_t cap);
+
 
 /* Wakes the threads asleep on word (counted in sleepers). */
 void smddp__shm_wake(_Atomic uint32_t *word, _Atomic uint32_t *sleepers);

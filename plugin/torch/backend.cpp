@@ -365,6 +365,25 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::split(
   return backend;
 }
 
+#ifdef SMDDP_C10D_BACKEND_HAS_TENSOR_ALLOC
+at::Tensor ProcessGroupSMDDP::allocateTensor(long size, at::TensorOptions options) {
+  TORCH_CHECK(size >= 0, "smddp: allocate_tensor: size is ", size, "; give 0 or more elements");
+  if (options.device().is_cpu() && size > 0) {
+    InUse in_use(*this);
+    size_t bytes = static_cast<size_t>(size) * options.dtype().itemsize();
+    void* p = nullptr;
+    smddp_status_t st = smddp_mem_alloc(comm_, bytes, &p);
+    if (st == SMDDP_OK)
+      return at::from_blob(p, {size}, [](void* q) { smddp_mem_free(q); }, options);
+    if (st == SMDDP_ERR_NO_MEMORY) {
+      TORCH_WARN_ONCE("smddp: allocate_tensor: ", smddp_get_last_error(nullptr),
+                      "; such tensors come from ordinary memory and are staged");
+    }
+  }
+  return at::empty({size}, options);
+}
+#endif
+
 #ifdef SMDDP_C10D_BACKEND_HAS_SHRINK
 c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::shrink(
     const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,

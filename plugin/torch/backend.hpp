@@ -165,6 +165,19 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // Applies to operations that start afterwards.
   void setTimeout(std::chrono::milliseconds timeout) override;
 
+#ifdef SMDDP_C10D_BACKEND_HAS_TENSOR_ALLOC
+  // CPU tensors in this rank's pool (smddp_mem_alloc), which collectives on
+  // this group move in place between the ranks of a node; FSDP2 asks for its
+  // communication buffers here after set_allocate_memory_from_process_group().
+  // torch passes the device's index: -1, the CPU, is supported. A tensor the
+  // pool cannot hold (no pool, pool full, not on the CPU) comes from
+  // at::empty instead. A pooled tensor may outlive the group.
+  bool supportsTensorAlloc(c10::DeviceIndex deviceIdx) override {
+    return deviceIdx < 0;
+  }
+  at::Tensor allocateTensor(long size, at::TensorOptions options = {}) override;
+#endif
+
 #ifdef SMDDP_C10D_BACKEND_HAS_SHRINK
   // torch.distributed.shrink_group: the surviving ranks call it with the
   // same ranks_to_exclude (smddp_comm_shrink); shrink_flags 1

@@ -7,6 +7,9 @@
   module's, computed on one rank;
 - FSDP2 (fully_shard) over the "dp" dimension of a 2 x 2 mesh whose "tp"
   dimension runs the same tensor-parallel MLP, 3 training steps;
+- FSDP2 with its all-gather and reduce-scatter buffers from the group
+  (`allocate_tensor`: smddp's pools), 2 ranks, 3 steps; smddp's flight
+  recorder must show those collectives ran in the pools;
 - functional collectives (torch.distributed._functional_collectives) inside a
   torch.compile'd function.
 
@@ -120,24 +123,29 @@ def test_tensor_parallel_mlp():
 # ---- FSDP2 x TP on a 2 x 2 mesh -------------------------------------------------------
 
 
+def _train(model, steps, seed, shape):
+    """SGD steps of model on batches of shape seeded by seed; the losses and full parameters."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for step in range(steps):
+        g = torch.Generator().manual_seed(100 * step + seed)
+        x, y = torch.randn(*shape, generator=g), torch.randn(*shape, generator=g)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, [p.full_tensor().detach().clone() for p in model.parameters()]
+
+
 def _fsdp_tp(rank, world, steps):
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     model = parallelize_module(_mlp(), mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
     fully_shard(model, mesh=mesh["dp"])
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    dp = mesh["dp"].get_local_rank()
-    losses = []
-    for step in range(steps):
-        g = torch.Generator().manual_seed(100 * step + dp)  # one batch per dp rank
-        x, y = torch.randn(4, 8, generator=g), torch.randn(4, 8, generator=g)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    params = [p.full_tensor().detach().clone() for p in model.parameters()]
+    # One batch per dp rank.
+    losses, params = _train(model, steps, mesh["dp"].get_local_rank(), (4, 8))
     return {"backend": dist.get_backend(), "losses": losses, "params": params}
 
 
@@ -153,6 +161,57 @@ def test_fsdp2_with_tensor_parallel_on_a_2x2_mesh():
         # Every rank holds the same full parameters.
         for a, b in zip(sm[r]["params"], sm[0]["params"]):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert sm[0]["losses"][-1] < sm[0]["losses"][0]
+
+
+# ---- FSDP2 with its buffers in smddp's pools -------------------------------------------
+
+
+def _fsdp_pooled(rank, world, steps):
+    import json
+
+    import smddp
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(3)])
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    # Every FSDP module asks the group for its all-gather and reduce-scatter buffers.
+    for m in model.modules():
+        if hasattr(m, "set_allocate_memory_from_process_group_for_comm"):
+            m.set_allocate_memory_from_process_group_for_comm(True)
+    losses, params = _train(model, steps, rank, (8, 64))
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    out = {"backend": dist.get_backend(), "losses": losses, "params": params,
+           "supports": backend.supports_tensor_alloc(torch.device("cpu"))}
+    if out["backend"] == "smddp":
+        with open(smddp.dump_trace(path=f"/tmp/smddp-fsdp-pooled-{rank}.json")) as f:
+            trace = json.load(f)
+        ops = trace["ops"] if isinstance(trace, dict) else trace
+        out["in_pools"] = sorted({op["kind"] for op in ops if op.get("algo") == "in pools"})
+        # A pooled tensor outlives the group: it is packed after destroy_process_group.
+        t = backend.allocate_tensor(1000, dtype=torch.float32, device=torch.device("cpu"))
+        t.fill_(rank + 1)
+        dist.all_reduce(t)
+        out["pooled"] = t
+    return out
+
+
+@needs_dtensor
+def test_fsdp2_with_buffers_in_pools():
+    world, steps = 2, 3
+    sm, gl = _both(_fsdp_pooled, world, args=(steps,), timeout=180)
+    for r in range(world):
+        assert sm[r]["supports"] and not gl[r]["supports"]
+        torch.testing.assert_close(torch.tensor(sm[r]["losses"]), torch.tensor(gl[r]["losses"]),
+                                   rtol=1e-5, atol=1e-6)
+        for a, b in zip(sm[r]["params"], gl[r]["params"]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        # FSDP's all-gathers and reduce-scatters ran in place in the pools.
+        assert {"allgather", "reduce_scatter"} <= set(sm[r]["in_pools"]), sm[r]["in_pools"]
+        assert torch.equal(sm[r]["pooled"], torch.full((1000,), 3.0))
     assert sm[0]["losses"][-1] < sm[0]["losses"][0]
 
 

@@ -358,6 +358,36 @@ SMDDP_API smddp_status_t smddp_comm_abort(smddp_comm_t comm);
 SMDDP_API smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeout_ms);
 
 /**
+ * Allocates bytes (rounded up to 4 KiB, aligned to 4 KiB) of this rank's
+ * pool: shared memory that the other ranks on its node have mapped, so that
+ * collectives on comm whose buffers all lie in pools move the data in place
+ * (allreduce: each rank reduces its block of every input and writes it into
+ * every output; allgather: each rank copies every input into its output;
+ * reduce-scatter: each rank reduces its block of every input into its
+ * output), with no staging copies. Buffers outside pools work as always,
+ * also mixed with pooled ones. The memory is not zeroed.
+ *
+ * The pool is SMDDP_SHM_POOL_SIZE bytes of address space per rank (default
+ * 2 GiB, backed only as allocated; 0 turns pools off). Local; thread-safe.
+ *
+ * @return SMDDP_OK; SMDDP_ERR_INVALID_ARGUMENT for bytes == 0 or a NULL
+ *         argument; SMDDP_ERR_NOT_SUPPORTED when comm has no pool;
+ *         SMDDP_ERR_NO_MEMORY when the pool has no free range that large or
+ *         /dev/shm cannot back it. Use ordinary memory then.
+ */
+SMDDP_API smddp_status_t smddp_mem_alloc(smddp_comm_t comm, size_t bytes, void **ptr);
+
+/**
+ * Returns memory from smddp_mem_alloc, from any thread, also after its
+ * communicator was destroyed (the pool lives until its last allocation is
+ * freed). NULL is a no-op.
+ *
+ * @return SMDDP_OK; SMDDP_ERR_INVALID_ARGUMENT when ptr is not a live
+ *         allocation of smddp_mem_alloc.
+ */
+SMDDP_API smddp_status_t smddp_mem_free(void *ptr);
+
+/**
  * Writes the communicator's flight recorder, its last SMDDP_TRACE_BUFFER
  * operations (default 2000), as JSON to path, or with path NULL to
  * SMDDP_TRACE_DIR/smddp-trace-<job>-<comm>-r<rank>.json, the file each rank

@@ -1,0 +1,405 @@
+/*
+ * Pools: memory that the ranks of a node read and write in place.
+ *
+ * After the segment (shm.c) every local rank makes one shared file of
+ * SMDDP_SHM_POOL_SIZE bytes (sparse: nothing is backed until allocated),
+ * maps it and publishes its name through the store; after a barrier it maps
+ * every peer's, and the names go after a second one.
+ * smddp_mem_alloc hands out ranges of this rank's pool, backing each with
+ * fallocate first, so that a full /dev/shm is an allocation error and never
+ * a SIGBUS later.
+ *
+ * A collective whose buffers lie in pools says so before its first post: the
+ * pool record in its metadata slot holds the offsets of its input and output
+ * (1 + offset; 0: not in the pool), tagged with the value of that post.
+ * After waiting for a peer's post, a rank reads the peer's record; a record
+ * tagged otherwise belongs to another step, which means the peer's buffers
+ * were not in its pool for this one (a rank whose input peers read in place
+ * leaves only after every peer is done with it, see coll/).
+ *
+ * A pool outlives its communicator while allocations from it are alive:
+ * each allocation holds a reference, so torch tensors freed late stay valid.
+ * smddp_mem_free finds the pool by address in the process's list of pools.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../param.h"
+#include "shm_segment.h"
+
+#define POOL_ALIGN 4096
+#define RECORD_OFFSET 256
+#define RECORD_WRITING 0xffffffffu
+
+typedef struct range {
+    size_t off, len;
+    struct range *next;
+} range_t;
+
+struct smddp__pool {
+    char *base;
+    size_t size;
+    int fd;
+    size_t backed; /* [0, backed) is allocated in the file */
+    range_t *free_list; /* sorted by offset, coalesced */
+    range_t *used;
+    int refs; /* the communicator's, and one per live allocation */
+    struct smddp__pool *next;
+};
+
+typedef struct pool_record {
+    _Atomic uint32_t tag;
+    uint32_t pad;
+    uint64_t in_ref, out_ref;
+} pool_record_t;
+
+_Static_assert(RECORD_OFFSET >= sizeof(smddp__op_desc_t) &&
+                   RECORD_OFFSET + sizeof(pool_record_t) <= SMDDP_SHM_META_SIZE,
+               "the pool record fits the metadata slot after the desc");
+
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct smddp__pool *pools; /* every live pool of the process */
+
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+/* Unmaps and frees a pool; pools_lock held. */
+static void pool_release(struct smddp__pool *pool)
+{
+    if (--pool->refs > 0) return;
+    for (struct smddp__pool **pp = &pools; *pp; pp = &(*pp)->next)
+        if (*pp == pool) {
+            *pp = pool->next;
+            break;
+        }
+    munmap(pool->base, pool->size);
+    close(pool->fd);
+    for (range_t *r = pool->free_list, *n; r; r = n) n = r->next, free(r);
+    for (range_t *r = pool->used, *n; r; r = n) n = r->next, free(r);
+    free(pool);
+}
+
+static smddp_status_t map_file(int fd, size_t size, const char *name, char **out)
+{
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (base == MAP_FAILED)
+        return smddp__error(SMDDP_ERR_SYSTEM,
+                            "cannot map the %zu-byte pool %s: %s (SMDDP_SHM_POOL_SIZE sets its "
+                            "size; 0 turns pools off)",
+                            size, name, strerror(errno));
+    *out = base;
+    return SMDDP_OK;
+}
+
+static smddp_status_t create_own(smddp__shm_t *s, size_t size)
+{
+    struct smddp__pool *pool = calloc(1, sizeof(*pool));
+    range_t *all = calloc(1, sizeof(*all));
+    smddp_status_t st = SMDDP_OK;
+    if (!pool || !all) {
+        free(pool);
+        free(all);
+        return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate a pool");
+    }
+    pool->fd = -1;
+    SMDDP_CHECK_GOTO(smddp__shm_random_name(s->pool_name, sizeof(s->pool_name)), st, fail);
+    pool->fd = shm_open(s->pool_name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (pool->fd < 0) {
+        st = smddp__error(SMDDP_ERR_SYSTEM, "shm_open(%s) failed: %s", s->pool_name,
+                          strerror(errno));
+        s->pool_name[0] = '\0';
+        goto fail;
+    }
+    if (ftruncate(pool->fd, (off_t)size) != 0) {
+        st = smddp__error(SMDDP_ERR_SYSTEM,
+                          "cannot size the pool %s to %zu bytes: %s (SMDDP_SHM_POOL_SIZE sets "
+                          "its size; 0 turns pools off)",
+                          s->pool_name, size, strerror(errno));
+        goto fail;
+    }
+    SMDDP_CHECK_GOTO(map_file(pool->fd, size, s->pool_name, &pool->base), st, fail);
+    pool->size = size;
+    all->len = size;
+    pool->free_list = all;
+    pool->refs = 1;
+    pthread_mutex_lock(&pools_lock);
+    pool->next = pools;
+    pools = pool;
+    pthread_mutex_unlock(&pools_lock);
+    s->pool = pool;
+    return SMDDP_OK;
+
+fail:
+    if (pool->fd >= 0) close(pool->fd);
+    free(pool);
+    free(all);
+    return st;
+}
+
+static smddp_status_t map_peers(smddp_comm_t comm, smddp__shm_t *s, size_t size)
+{
+    int p = comm->local_size;
+    char key[512];
+    for (int q = 0; q < p; q++) {
+        if (q == comm->local_rank) continue;
+        void *val = NULL;
+        size_t vlen = 0;
+        snprintf(key, sizeof(key), "%s/pool/%d/%d", comm->prefix, comm->node, q);
+        SMDDP_CHECK(smddp__store_get(comm->store, key, comm->timeout_ms, &val, &vlen));
+        /* "NAME SIZE", NAME "-" without a pool. */
+        char *sep = vlen ? memchr(val, ' ', vlen) : NULL;
+        unsigned long long theirs = 0;
+        if (!sep || ((char *)val)[vlen - 1] != '\0' || sscanf(sep + 1, "%llu", &theirs) != 1 ||
+            (theirs && strncmp(val, "/smddp-", 7) != 0)) {
+            free(val);
+            return smddp__error(SMDDP_ERR_STORE, "malformed pool name under store key %s", key);
+        }
+        *sep = '\0';
+        if (theirs != size) {
+            free(val);
+            return smddp__error(SMDDP_ERR_INVALID_ARGUMENT,
+                                "local rank %d's pool has %llu bytes, this rank's %zu: every rank "
+                                "of a node needs the same SMDDP_SHM_POOL_SIZE (0: no pools)",
+                                q, theirs, size);
+        }
+        if (size == 0) {
+            free(val);
+            continue;
+        }
+        int fd = shm_open(val, O_RDWR, 0600);
+        struct stat sb;
+        smddp_status_t st = SMDDP_OK;
+        if (fd < 0)
+            st = smddp__error(SMDDP_ERR_SYSTEM, "cannot open local rank %d's pool %s: %s", q,
+                              (char *)val, strerror(errno));
+        else if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != size)
+            st = smddp__error(SMDDP_ERR_INVALID_ARGUMENT,
+                              "local rank %d's pool %s has %lld bytes, expected %zu: do all ranks "
+                              "use the same SMDDP_SHM_POOL_SIZE?",
+                              q, (char *)val, fd < 0 ? 0LL : (long long)sb.st_size, size);
+        else
+            st = map_file(fd, size, val, &s->peer_pool[q]);
+        if (fd >= 0) close(fd);
+        free(val);
+        SMDDP_CHECK(st);
+    }
+    return SMDDP_OK;
+}
+
+static smddp_status_t setup_failed(smddp_status_t st)
+{
+    char msg[SMDDP_ERRMSG_MAX];
+    snprintf(msg, sizeof(msg), "%s", smddp__last_error());
+    return smddp__error(st, "pool setup failed: %s", msg);
+}
+
+smddp_status_t smddp__pool_setup(smddp_comm_t comm)
+{
+    smddp__shm_t *s = comm->shm;
+    size_t size = align_up((size_t)smddp__params()->shm_pool, POOL_ALIGN);
+    int p = comm->local_size;
+    char key[512], val[96];
+    if (size) {
+        s->peer_pool = calloc((size_t)p * 3, sizeof(*s->peer_pool));
+        if (!s->peer_pool) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate pool state");
+        s->pooled_in = s->peer_pool + p;
+        s->pooled_out = s->peer_pool + 2 * p;
+        s->pool_size = size;
+        SMDDP_CHECK(create_own(s, size));
+        s->peer_pool[comm->local_rank] = s->pool->base;
+    }
+    /* Every rank publishes, also without a pool, so that all agree on the size. */
+    snprintf(key, sizeof(key), "%s/pool/%d/%d", comm->prefix, comm->node, comm->local_rank);
+    int len = snprintf(val, sizeof(val), "%s %zu", size ? s->pool_name : "-", size);
+    SMDDP_CHECK(smddp__store_set(comm->store, key, val, (size_t)len + 1));
+
+    /* Every name is published (a rank that died is named here), then every pool is mapped. */
+    smddp__op_t setup = {.kind = SMDDP_OP_BARRIER, .comm = comm};
+    setup.deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
+    smddp_status_t st = smddp__shm_sync(comm, &setup);
+    if (st < 0) return setup_failed(st);
+    SMDDP_CHECK(map_peers(comm, s, size));
+    if (size == 0) return SMDDP_OK;
+    st = smddp__shm_sync(comm, &setup);
+    if (st < 0) return setup_failed(st);
+    shm_unlink(s->pool_name);
+    s->pool_name[0] = '\0';
+    return SMDDP_OK;
+}
+
+void smddp__pool_teardown(smddp_comm_t comm)
+{
+    smddp__shm_t *s = comm->shm;
+    if (!s) return;
+    if (s->pool_name[0]) shm_unlink(s->pool_name);
+    s->pool_name[0] = '\0';
+    if (s->peer_pool) {
+        for (int q = 0; q < comm->local_size; q++)
+            if (q != comm->local_rank && s->peer_pool[q]) munmap(s->peer_pool[q], s->pool_size);
+        free(s->peer_pool);
+        s->peer_pool = NULL;
+    }
+    if (s->pool) {
+        pthread_mutex_lock(&pools_lock);
+        pool_release(s->pool);
+        pthread_mutex_unlock(&pools_lock);
+        s->pool = NULL;
+    }
+}
+
+smddp_status_t smddp__pool_alloc(smddp_comm_t comm, size_t bytes, void **out)
+{
+    smddp__shm_t *s = comm->shm;
+    if (!s || !s->pool)
+        return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                            "this communicator has no pool (SMDDP_SHM_POOL_SIZE=0)");
+    struct smddp__pool *pool = s->pool;
+    size_t len = align_up(bytes, POOL_ALIGN);
+    range_t *used = malloc(sizeof(*used));
+    if (!used || len < bytes) {
+        free(used);
+        return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate %zu bytes from the pool", bytes);
+    }
+    pthread_mutex_lock(&pools_lock);
+    range_t **pp = &pool->free_list;
+    while (*pp && (*pp)->len < len) pp = &(*pp)->next;
+    range_t *r = *pp;
+    if (!r) {
+        pthread_mutex_unlock(&pools_lock);
+        free(used);
+        return smddp__error(SMDDP_ERR_NO_MEMORY,
+                            "the pool has no free range of %zu bytes (SMDDP_SHM_POOL_SIZE=%zu "
+                            "per rank)",
+                            len, pool->size);
+    }
+    size_t off = r->off;
+    if (off + len > pool->backed) {
+        int e = posix_fallocate(pool->fd, (off_t)pool->backed, (off_t)(off + len - pool->backed));
+        if (e != 0) {
+            pthread_mutex_unlock(&pools_lock);
+            free(used);
+            return smddp__error(SMDDP_ERR_NO_MEMORY,
+                                "cannot back %zu bytes of the pool in shared memory: %s (is "
+                                "/dev/shm full?)",
+                                off + len - pool->backed, strerror(e));
+        }
+        pool->backed = off + len;
+    }
+    if (r->len == len) {
+        *pp = r->next;
+        free(r);
+    } else {
+        r->off += len;
+        r->len -= len;
+    }
+    used->off = off;
+    used->len = len;
+    used->next = pool->used;
+    pool->used = used;
+    pool->refs++;
+    pthread_mutex_unlock(&pools_lock);
+    *out = pool->base + off;
+    return SMDDP_OK;
+}
+
+smddp_status_t smddp__pool_free(void *ptr)
+{
+    pthread_mutex_lock(&pools_lock);
+    for (struct smddp__pool *pool = pools; pool; pool = pool->next) {
+        if ((char *)ptr < pool->base || (char *)ptr >= pool->base + pool->size) continue;
+        size_t off = (size_t)((char *)ptr - pool->base);
+        range_t **up = &pool->used;
+        while (*up && (*up)->off != off) up = &(*up)->next;
+        if (!*up) break;
+        range_t *r = *up;
+        *up = r->next;
+        /* Back into the free list, merged with its neighbours. */
+        range_t **pp = &pool->free_list, *prev = NULL;
+        while (*pp && (*pp)->off < r->off) prev = *pp, pp = &(*pp)->next;
+        r->next = *pp;
+        *pp = r;
+        if (r->next && r->off + r->len == r->next->off) {
+            range_t *n = r->next;
+            r->len += n->len;
+            r->next = n->next;
+            free(n);
+        }
+        if (prev && prev->off + prev->len == r->off) {
+            prev->len += r->len;
+            prev->next = r->next;
+            free(r);
+        }
+        pool_release(pool);
+        pthread_mutex_unlock(&pools_lock);
+        return SMDDP_OK;
+    }
+    pthread_mutex_unlock(&pools_lock);
+    return smddp__error(SMDDP_ERR_INVALID_ARGUMENT,
+                        "smddp_mem_free: %p is not an allocation of smddp_mem_alloc (or was "
+                        "freed already)",
+                        ptr);
+}
+
+uint64_t smddp__pool_ref(smddp_comm_t comm, const void *ptr, size_t bytes)
+{
+    smddp__shm_t *s = comm->shm;
+    if (!s->pool || bytes == 0) return 0;
+    const char *p = ptr, *base = s->pool->base;
+    if (p < base || p >= base + s->pool->size || bytes > (size_t)(base + s->pool->size - p))
+        return 0;
+    return (uint64_t)(p - base) + 1;
+}
+
+bool smddp__pool_on(smddp_comm_t comm) { return comm->shm->pool != NULL; }
+
+static pool_record_t *record(smddp_comm_t comm, int lr, uint64_t seq)
+{
+    return (pool_record_t *)((char *)smddp__shm_meta(comm, lr, (int)(seq & 1)) + RECORD_OFFSET);
+}
+
+void smddp__pool_publish(smddp_comm_t comm, const smddp__op_t *op, uint64_t in_ref,
+                         uint64_t out_ref)
+{
+    pool_record_t *r = record(comm, comm->local_rank, op->seq);
+    atomic_store_explicit(&r->tag, RECORD_WRITING, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    *(volatile uint64_t *)&r->in_ref = in_ref;
+    *(volatile uint64_t *)&r->out_ref = out_ref;
+    /* The next post carries this value; it orders the record before it. */
+    atomic_store_explicit(&r->tag, comm->shm->my_ctr + 1, memory_order_release);
+}
+
+void smddp__pool_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t tag,
+                      char **in, char **out)
+{
+    smddp__shm_t *s = comm->shm;
+    pool_record_t *r = record(comm, lr, op->seq);
+    *in = *out = NULL;
+    if (atomic_load_explicit(&r->tag, memory_order_acquire) != tag) return;
+    uint64_t in_ref = *(volatile uint64_t *)&r->in_ref;
+    uint64_t out_ref = *(volatile uint64_t *)&r->out_ref;
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&r->tag, memory_order_relaxed) != tag) return;
+    if (in_ref && in_ref <= s->pool_size) *in = s->peer_pool[lr] + in_ref - 1;
+    if (out_ref && out_ref <= s->pool_size) *out = s->peer_pool[lr] + out_ref - 1;
+}
+
+void smddp__pool_peers(smddp_comm_t comm, const smddp__op_t *op, uint32_t tag,
+                       smddp__pooled_t *out)
+{
+    smddp__shm_t *s = comm->shm;
+    out->in = s->pooled_in;
+    out->out = s->pooled_out;
+    out->all_in = out->all_out = true;
+    for (int q = 0; q < comm->local_size; q++) {
+        smddp__pool_peer(comm, op, q, tag, &out->in[q], &out->out[q]);
+        out->all_in &= out->in[q] != NULL;
+        out->all_out &= out->out[q] != NULL;
+    }
+}

@@ -1,0 +1,253 @@
+/*
+ * Pools (smddp_mem_alloc): allocation, errors, lifetime and a size that
+ * ranks disagree on; and allreduce,
+ * reduce-scatter and allgather on 2, 3 and 4 ranks with every buffer in a
+ * pool (the in-place path, which the flight recorder must name), with only
+ * some ranks' buffers in pools (peers read those where they lie, the rest
+ * is staged), and with none, in place and out of place, from one element to
+ * many staging rounds.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "coll_ranks.h"
+#include "param.h"
+
+/* ---- allocation ------------------------------------------------------------ */
+
+static void alloc_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)rank, (void)size, (void)arg;
+    void *a, *b, *c, *d;
+    /* 1 MiB pool (SMDDP_SHM_POOL_SIZE below). */
+    H_OK(smddp_mem_alloc(comm, 100, &a));
+    H_OK(smddp_mem_alloc(comm, 300000, &b));
+    H_OK(smddp_mem_alloc(comm, 4096, &c));
+    H_CHECK(((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 4096 == 0, "not 4 KiB aligned");
+    H_CHECK((char *)b >= (char *)a + 4096 && (char *)c >= (char *)b + 300000, "ranges overlap");
+    memset(a, 1, 100);
+    memset(b, 2, 300000);
+    memset(c, 3, 4096);
+    H_CHECK(smddp_mem_alloc(comm, 800000, &d) == SMDDP_ERR_NO_MEMORY, "an oversize range was given");
+    H_CHECK(strstr(smddp_get_last_error(NULL), "no free range"), "message: %s",
+            smddp_get_last_error(NULL));
+    /* Freed ranges merge: b and its neighbours make room for 700 KB. */
+    H_OK(smddp_mem_free(b));
+    H_OK(smddp_mem_free(a));
+    H_OK(smddp_mem_alloc(comm, 300000, &b));
+    H_CHECK(((char *)b)[0] == 1 || ((char *)b)[0] == 2, "reuse does not keep the memory");
+    H_OK(smddp_mem_free(c));
+    H_OK(smddp_mem_free(b));
+    H_OK(smddp_mem_alloc(comm, 1 << 20, &d));
+    H_OK(smddp_mem_free(d));
+    H_CHECK(smddp_mem_free(d) == SMDDP_ERR_INVALID_ARGUMENT, "a double free passed");
+    H_CHECK(strstr(smddp_get_last_error(NULL), "not an allocation"), "message: %s",
+            smddp_get_last_error(NULL));
+    int local = 0;
+    H_CHECK(smddp_mem_free(&local) == SMDDP_ERR_INVALID_ARGUMENT, "a foreign pointer passed");
+    H_OK(smddp_mem_free(NULL));
+    H_CHECK(smddp_mem_alloc(comm, 0, &d) == SMDDP_ERR_INVALID_ARGUMENT, "0 bytes passed");
+    H_CHECK(smddp_mem_alloc(comm, 10, NULL) == SMDDP_ERR_INVALID_ARGUMENT, "NULL out passed");
+
+    /* An allocation outlives its communicator. */
+    H_OK(smddp_mem_alloc(comm, 65536, &a));
+    memset(a, 7, 65536);
+    H_OK(smddp_comm_destroy(comm));
+    for (int i = 0; i < 65536; i += 4096) H_CHECK(((char *)a)[i] == 7, "memory changed");
+    memset(a, 8, 65536);
+    H_OK(smddp_mem_free(a));
+    _exit(0); /* the harness would destroy comm again */
+}
+
+static void test_alloc(void **state)
+{
+    (void)state;
+    run(2, alloc_rank, "SMDDP_SHM_POOL_SIZE=1M");
+}
+
+static void off_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)rank, (void)size, (void)arg;
+    void *p;
+    H_CHECK(smddp_mem_alloc(comm, 64, &p) == SMDDP_ERR_NOT_SUPPORTED, "allocated without a pool");
+    H_CHECK(strstr(smddp_get_last_error(NULL), "SMDDP_SHM_POOL_SIZE=0"), "message: %s",
+            smddp_get_last_error(NULL));
+}
+
+static void test_off(void **state)
+{
+    (void)state;
+    run(2, off_rank, "SMDDP_SHM_POOL_SIZE=0");
+}
+
+/* Ranks disagree on SMDDP_SHM_POOL_SIZE: creation fails on both, naming the setting, at once. */
+static void size_mismatch_rank(smddp_comm_t unused, int rank, int size, void *arg)
+{
+    (void)unused;
+    if (rank == 1) {
+        setenv("SMDDP_SHM_POOL_SIZE", (const char *)arg, 1);
+        smddp__params_reload();
+    }
+    smddp_comm_t comm = NULL;
+    smddp_status_t st = harness_try_comm(rank, size, "poolsize", -1, &comm);
+    const char *msg = smddp_get_last_error(NULL);
+    H_CHECK(st == SMDDP_ERR_INVALID_ARGUMENT, "creation returned %s: %s",
+            smddp_status_string(st), msg);
+    H_CHECK(strstr(msg, "SMDDP_SHM_POOL_SIZE"), "message: %s", msg);
+}
+
+static void test_size_mismatch(void **state)
+{
+    (void)state;
+    harness_opts_t opts = {.env = "SMDDP_TIMEOUT=20", .timeout_s = 10, .no_comm = 1};
+    int shm_before = harness_shm_count();
+    assert_int_equal(harness_run(2, size_mismatch_rank, "64M", &opts), 0);
+    assert_int_equal(harness_shm_count(), shm_before);
+    /* One rank without a pool. */
+    assert_int_equal(harness_run(2, size_mismatch_rank, "0", &opts), 0);
+    assert_int_equal(harness_shm_count(), shm_before);
+}
+
+/* ---- collectives ----------------------------------------------------------- */
+
+enum { ALL_POOLED, SOME_POOLED, NONE_POOLED };
+
+static float value(int rank, size_t i) { return (float)((rank + 1) * (int)(i % 13)); }
+
+static void *get(smddp_comm_t comm, bool pooled, size_t bytes)
+{
+    void *p = NULL;
+    if (pooled) H_OK(smddp_mem_alloc(comm, bytes, &p));
+    else H_CHECK((p = malloc(bytes)) != NULL, "malloc");
+    return p;
+}
+
+static void put(bool pooled, void *p)
+{
+    if (pooled) H_OK(smddp_mem_free(p));
+    else free(p);
+}
+
+static bool trace_says(smddp_comm_t comm, int rank, const char *what)
+{
+    char path[256], line[4096];
+    snprintf(path, sizeof(path), "/tmp/smddp-test-pool-%d-%d.json", (int)getpid(), rank);
+    H_OK(smddp_comm_dump_trace(comm, path, NULL, 0));
+    FILE *f = fopen(path, "r");
+    H_CHECK(f != NULL, "cannot read %s", path);
+    bool found = false;
+    while (fgets(line, sizeof(line), f)) found |= strstr(line, what) != NULL;
+    fclose(f);
+    unlink(path);
+    return found;
+}
+
+static void coll_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    int mode = *(int *)arg;
+    bool pooled = mode == ALL_POOLED || (mode == SOME_POOLED && rank % 2 == 0);
+    const size_t counts[] = {1, 5, 1000, 20000, 40000, 700001};
+    float sum_of_ranks = (float)(size * (size + 1) / 2);
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        size_t n = counts[c], all = n * (size_t)size;
+        float *in = get(comm, pooled, all * sizeof(float));
+        float *out = get(comm, pooled, all * sizeof(float));
+        for (int inplace = 0; inplace < 2; inplace++) {
+            /* allreduce */
+            for (size_t i = 0; i < n; i++) in[i] = value(rank, i);
+            H_OK(smddp_allreduce(comm, in, inplace ? in : out, (int64_t)n, SMDDP_FLOAT32,
+                                 SMDDP_SUM, NULL, NULL));
+            const float *r = inplace ? in : out;
+            for (size_t i = 0; i < n; i++)
+                H_CHECK(r[i] == sum_of_ranks * (float)(i % 13), "allreduce of %zu, in place %d: "
+                        "element %zu is %g, expected %g", n, inplace, i, (double)r[i],
+                        (double)(sum_of_ranks * (float)(i % 13)));
+
+            /* reduce-scatter: block q of rank r's input holds value(r, q * n + i) */
+            for (size_t i = 0; i < all; i++) in[i] = value(rank, i);
+            float *rs_out = inplace ? in + (size_t)rank * n : out;
+            H_OK(smddp_reduce_scatter(comm, in, rs_out, (int64_t)n, SMDDP_FLOAT32, SMDDP_SUM,
+                                      NULL, NULL));
+            for (size_t i = 0; i < n; i++) {
+                float want = sum_of_ranks * (float)(((size_t)rank * n + i) % 13);
+                H_CHECK(rs_out[i] == want, "reduce_scatter of %zu, in place %d: element %zu is "
+                        "%g, expected %g", n, inplace, i, (double)rs_out[i], (double)want);
+            }
+
+            /* allgather */
+            float *ag_in = inplace ? out + (size_t)rank * n : in;
+            for (size_t i = 0; i < n; i++) ag_in[i] = value(rank, i);
+            H_OK(smddp_allgather(comm, ag_in, out, (int64_t)n, SMDDP_FLOAT32, NULL, NULL));
+            for (int q = 0; q < size; q++)
+                for (size_t i = 0; i < n; i++)
+                    H_CHECK(out[(size_t)q * n + i] == value(q, i), "allgather of %zu, in place "
+                            "%d: rank %d's element %zu is %g, expected %g", n, inplace, q, i,
+                            (double)out[(size_t)q * n + i], (double)value(q, i));
+        }
+        put(pooled, in);
+        put(pooled, out);
+    }
+    bool in_pools = trace_says(comm, rank, "\"in pools\"");
+    H_CHECK(in_pools == (mode == ALL_POOLED), "the flight recorder %s \"in pools\" with mode %d",
+            in_pools ? "names" : "does not name", mode);
+    /* Out of place, small allreduces are one-shot unless two-shot is forced. */
+    bool oneshot = trace_says(comm, rank, "\"one-shot in pools\"");
+    bool twoshot_only = getenv("SMDDP_ALLREDUCE_ALGO") != NULL;
+    H_CHECK(oneshot == (mode == ALL_POOLED && !twoshot_only), "the flight recorder %s \"one-shot "
+            "in pools\" with mode %d", oneshot ? "names" : "does not name", mode);
+}
+
+static void run_mode(int nranks, int mode, const char *env)
+{
+    harness_opts_t opts = {.env = env, .timeout_s = 300};
+    int shm_before = harness_shm_count();
+    assert_int_equal(harness_run(nranks, coll_rank, &mode, &opts), 0);
+    assert_int_equal(harness_shm_count(), shm_before);
+}
+
+static void test_all_pooled_2(void **state) { (void)state; run_mode(2, ALL_POOLED, NULL); }
+static void test_all_pooled_3(void **state) { (void)state; run_mode(3, ALL_POOLED, NULL); }
+static void test_all_pooled_4(void **state) { (void)state; run_mode(4, ALL_POOLED, NULL); }
+static void test_some_pooled_2(void **state) { (void)state; run_mode(2, SOME_POOLED, NULL); }
+static void test_some_pooled_3(void **state) { (void)state; run_mode(3, SOME_POOLED, NULL); }
+static void test_none_pooled_2(void **state) { (void)state; run_mode(2, NONE_POOLED, NULL); }
+
+/* Small staging halves: many rounds with some ranks read in place. */
+static void test_some_pooled_rounds(void **state)
+{
+    (void)state;
+    run_mode(4, SOME_POOLED, "SMDDP_SHM_BUFFER_SIZE=8192 SMDDP_STREAM_MIN=1");
+}
+
+static void test_all_pooled_stream(void **state)
+{
+    (void)state;
+    run_mode(3, ALL_POOLED, "SMDDP_STREAM_MIN=1 SMDDP_ALLREDUCE_ALGO=twoshot");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_alloc),
+        cmocka_unit_test(test_off),
+        cmocka_unit_test(test_size_mismatch),
+        cmocka_unit_test(test_all_pooled_2),
+        cmocka_unit_test(test_all_pooled_3),
+        cmocka_unit_test(test_all_pooled_4),
+        cmocka_unit_test(test_some_pooled_2),
+        cmocka_unit_test(test_some_pooled_3),
+        cmocka_unit_test(test_none_pooled_2),
+        cmocka_unit_test(test_some_pooled_rounds),
+        cmocka_unit_test(test_all_pooled_stream),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
