@@ -484,7 +484,7 @@ smddp_status_t smddp_reduce_scatter(smddp_comm_t comm, const void *sendbuf, void
     SMDDP_CHECK(check_buf(&c, "recvbuf", recvbuf, recvcount));
     size_t es = smddp_dtype_size(dtype);
     const char *own = (const char *)sendbuf + (size_t)comm->rank * (size_t)recvcount * es;
-    if (recvcount > 0 && recvbuf != (const void *)own && (const char *)recvbuf < own + (size_t)recvcount * es &&
+    if (recvcount > 0 && recvbuf != (const void *)own &&
         (const char *)recvbuf + (size_t)recvcount * es > (const char *)sendbuf &&
         (const char *)recvbuf < (const char *)sendbuf + (size_t)comm->size * (size_t)recvcount * es)
         return INVALID(comm, "smddp_reduce_scatter: recvbuf overlaps sendbuf; in place, recvbuf "

@@ -77,6 +77,7 @@ void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg
     char shared[SMDDP_ERRMSG_MAX];
     snprintf(shared, sizeof(shared), "%s", comm->abort_msg);
     smddp__shm_abort(comm, shared);
+    smddp__pool_abandon(comm);
     if (first && comm->trace && smddp__params()->trace_dir[0]) dump_on_failure(comm);
 }
 

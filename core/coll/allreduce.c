@@ -50,8 +50,8 @@ static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
     uint64_t in_ref = 0;
     if (smddp__pool_on(comm)) {
         /* In place, each rank would overwrite its input while peers still read it. */
-        const char *in = op->sendbuf, *out = op->recvbuf;
-        if (out + bytes <= in || in + bytes <= out) in_ref = smddp__pool_ref(comm, in, bytes);
+        if (smddp__disjoint(op->sendbuf, bytes, op->recvbuf, bytes))
+            in_ref = smddp__pool_ref(comm, op->sendbuf, bytes);
         smddp__pool_publish(comm, op, in_ref, 0);
     }
     SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
@@ -127,8 +127,10 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
     smddp__pooled_t pl = {0};
     uint64_t in_ref = 0;
     if (smddp__pool_on(comm)) {
-        in_ref = smddp__pool_ref(comm, send, op->count * es);
-        smddp__pool_publish(comm, op, in_ref, smddp__pool_ref(comm, recv, op->count * es));
+        size_t bytes = op->count * es;
+        if (send == recv || smddp__disjoint(send, bytes, recv, bytes))
+            in_ref = smddp__pool_ref(comm, send, bytes);
+        smddp__pool_publish(comm, op, in_ref, smddp__pool_ref(comm, recv, bytes));
     }
 
     for (size_t base = 0; base < op->count; base += round_elems) {
@@ -226,7 +228,9 @@ smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
     smddp__pooled_t pl = {0};
     uint64_t in_ref = 0;
     if (smddp__pool_on(comm)) {
-        in_ref = smddp__pool_ref(comm, send, n * (size_t)p * es);
+        const char *own = send + (size_t)me * n * es;
+        if (recv == own || smddp__disjoint(send, n * (size_t)p * es, recv, n * es))
+            in_ref = smddp__pool_ref(comm, send, n * (size_t)p * es);
         smddp__pool_publish(comm, op, in_ref, 0);
     }
     for (size_t base = 0; base < n; base += round_elems) {

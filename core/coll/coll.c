@@ -56,7 +56,9 @@ static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root
     uint64_t in_ref = 0;
     bool pools = root < 0 && smddp__pool_on(comm);
     if (pools) {
-        in_ref = smddp__pool_ref(comm, send, bytes);
+        const char *own = recv + (size_t)comm->local_ranks[me] * bytes;
+        if (send == own || smddp__disjoint(send, bytes, recv, bytes * (size_t)comm->size))
+            in_ref = smddp__pool_ref(comm, send, bytes);
         smddp__pool_publish(comm, op, in_ref, 0);
     }
     for (size_t off = 0; off < bytes; off += half) {

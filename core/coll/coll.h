@@ -8,6 +8,16 @@
 
 #include "../comm.h"
 
+/*
+ * Whether [a, a + alen) and [b, b + blen) share no byte. An input that
+ * overlaps its output is read in place by peers only in the exact in-place
+ * layouts, where no rank writes what a peer reads.
+ */
+static inline bool smddp__disjoint(const void *a, size_t alen, const void *b, size_t blen)
+{
+    return (const char *)a + alen <= (const char *)b || (const char *)b + blen <= (const char *)a;
+}
+
 smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op);
 smddp_status_t smddp__reduce_root(smddp_comm_t comm, smddp__op_t *op);
 smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op);

@@ -103,11 +103,14 @@ void *smddp__shm_meta(smddp_comm_t comm, int lr, int parity);
 /*
  * Pools (shm_pool.c): memory of this rank's that local peers map. setup
  * (collective over the local ranks, after smddp__shm_setup) creates this
- * rank's and maps every peer's; teardown (before smddp__shm_teardown) unmaps
+ * rank's and maps every peer's, or leaves every rank without one when some
+ * cannot (a warning says why; creation goes on); teardown (before smddp__shm_teardown) unmaps
  * them, leaving this rank's pool to its live allocations.
  */
 smddp_status_t smddp__pool_setup(smddp_comm_t comm);
 void smddp__pool_teardown(smddp_comm_t comm);
+/* comm failed: peers may still write this rank's pool, so freed ranges are not reused. */
+void smddp__pool_abandon(smddp_comm_t comm);
 /*
  * smddp__pool_alloc hands out a range (SMDDP_ERR_NOT_SUPPORTED without a
  * pool); smddp__pool_free takes it back, whichever communicator it came

@@ -36,7 +36,7 @@
 
 #define POOL_ALIGN 4096
 #define RECORD_OFFSET 256
-#define RECORD_WRITING 0xffffffffu
+#define RECORD_WRITING UINT64_MAX
 
 typedef struct range {
     size_t off, len;
@@ -51,12 +51,13 @@ struct smddp__pool {
     range_t *free_list; /* sorted by offset, coalesced */
     range_t *used;
     int refs; /* the communicator's, and one per live allocation */
+    bool abandoned; /* an op on it failed: freed ranges are not handed out again */
     struct smddp__pool *next;
 };
 
+/* tag: the op's seq in the high 32 bits, the post's counter value in the low ones. */
 typedef struct pool_record {
-    _Atomic uint32_t tag;
-    uint32_t pad;
+    _Atomic uint64_t tag;
     uint64_t in_ref, out_ref;
 } pool_record_t;
 
@@ -142,101 +143,9 @@ fail:
     return st;
 }
 
-static smddp_status_t map_peers(smddp_comm_t comm, smddp__shm_t *s, size_t size)
+/* Unmaps every peer's pool and drops this rank's (its allocations keep it). */
+static void unmap_all(smddp_comm_t comm, smddp__shm_t *s)
 {
-    int p = comm->local_size;
-    char key[512];
-    for (int q = 0; q < p; q++) {
-        if (q == comm->local_rank) continue;
-        void *val = NULL;
-        size_t vlen = 0;
-        snprintf(key, sizeof(key), "%s/pool/%d/%d", comm->prefix, comm->node, q);
-        SMDDP_CHECK(smddp__store_get(comm->store, key, comm->timeout_ms, &val, &vlen));
-        /* "NAME SIZE", NAME "-" without a pool. */
-        char *sep = vlen ? memchr(val, ' ', vlen) : NULL;
-        unsigned long long theirs = 0;
-        if (!sep || ((char *)val)[vlen - 1] != '\0' || sscanf(sep + 1, "%llu", &theirs) != 1 ||
-            (theirs && strncmp(val, "/smddp-", 7) != 0)) {
-            free(val);
-            return smddp__error(SMDDP_ERR_STORE, "malformed pool name under store key %s", key);
-        }
-        *sep = '\0';
-        if (theirs != size) {
-            free(val);
-            return smddp__error(SMDDP_ERR_INVALID_ARGUMENT,
-                                "local rank %d's pool has %llu bytes, this rank's %zu: every rank "
-                                "of a node needs the same SMDDP_SHM_POOL_SIZE (0: no pools)",
-                                q, theirs, size);
-        }
-        if (size == 0) {
-            free(val);
-            continue;
-        }
-        int fd = shm_open(val, O_RDWR, 0600);
-        struct stat sb;
-        smddp_status_t st = SMDDP_OK;
-        if (fd < 0)
-            st = smddp__error(SMDDP_ERR_SYSTEM, "cannot open local rank %d's pool %s: %s", q,
-                              (char *)val, strerror(errno));
-        else if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != size)
-            st = smddp__error(SMDDP_ERR_INVALID_ARGUMENT,
-                              "local rank %d's pool %s has %lld bytes, expected %zu: do all ranks "
-                              "use the same SMDDP_SHM_POOL_SIZE?",
-                              q, (char *)val, fd < 0 ? 0LL : (long long)sb.st_size, size);
-        else
-            st = map_file(fd, size, val, &s->peer_pool[q]);
-        if (fd >= 0) close(fd);
-        free(val);
-        SMDDP_CHECK(st);
-    }
-    return SMDDP_OK;
-}
-
-static smddp_status_t setup_failed(smddp_status_t st)
-{
-    char msg[SMDDP_ERRMSG_MAX];
-    snprintf(msg, sizeof(msg), "%s", smddp__last_error());
-    return smddp__error(st, "pool setup failed: %s", msg);
-}
-
-smddp_status_t smddp__pool_setup(smddp_comm_t comm)
-{
-    smddp__shm_t *s = comm->shm;
-    size_t size = align_up((size_t)smddp__params()->shm_pool, POOL_ALIGN);
-    int p = comm->local_size;
-    char key[512], val[96];
-    if (size) {
-        s->peer_pool = calloc((size_t)p * 3, sizeof(*s->peer_pool));
-        if (!s->peer_pool) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate pool state");
-        s->pooled_in = s->peer_pool + p;
-        s->pooled_out = s->peer_pool + 2 * p;
-        s->pool_size = size;
-        SMDDP_CHECK(create_own(s, size));
-        s->peer_pool[comm->local_rank] = s->pool->base;
-    }
-    /* Every rank publishes, also without a pool, so that all agree on the size. */
-    snprintf(key, sizeof(key), "%s/pool/%d/%d", comm->prefix, comm->node, comm->local_rank);
-    int len = snprintf(val, sizeof(val), "%s %zu", size ? s->pool_name : "-", size);
-    SMDDP_CHECK(smddp__store_set(comm->store, key, val, (size_t)len + 1));
-
-    /* Every name is published (a rank that died is named here), then every pool is mapped. */
-    smddp__op_t setup = {.kind = SMDDP_OP_BARRIER, .comm = comm};
-    setup.deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
-    smddp_status_t st = smddp__shm_sync(comm, &setup);
-    if (st < 0) return setup_failed(st);
-    SMDDP_CHECK(map_peers(comm, s, size));
-    if (size == 0) return SMDDP_OK;
-    st = smddp__shm_sync(comm, &setup);
-    if (st < 0) return setup_failed(st);
-    shm_unlink(s->pool_name);
-    s->pool_name[0] = '\0';
-    return SMDDP_OK;
-}
-
-void smddp__pool_teardown(smddp_comm_t comm)
-{
-    smddp__shm_t *s = comm->shm;
-    if (!s) return;
     if (s->pool_name[0]) shm_unlink(s->pool_name);
     s->pool_name[0] = '\0';
     if (s->peer_pool) {
@@ -253,12 +162,176 @@ void smddp__pool_teardown(smddp_comm_t comm)
     }
 }
 
+/* Every local rank's published value under <prefix>/<what>/<node>/<lr> into vals[lr]. */
+static smddp_status_t gather_values(smddp_comm_t comm, const char *what, char (*vals)[96])
+{
+    char key[512];
+    for (int q = 0; q < comm->local_size; q++) {
+        if (q == comm->local_rank) continue;
+        void *val = NULL;
+        size_t vlen = 0;
+        snprintf(key, sizeof(key), "%s/%s/%d/%d", comm->prefix, what, comm->node, q);
+        SMDDP_CHECK(smddp__store_get(comm->store, key, comm->timeout_ms, &val, &vlen));
+        if (vlen == 0 || vlen > 96 || ((char *)val)[vlen - 1] != '\0') {
+            free(val);
+            return smddp__error(SMDDP_ERR_STORE, "malformed value under store key %s", key);
+        }
+        memcpy(vals[q], val, vlen);
+        free(val);
+    }
+    return SMDDP_OK;
+}
+
+static smddp_status_t publish_value(smddp_comm_t comm, const char *what, const char *val)
+{
+    char key[512];
+    snprintf(key, sizeof(key), "%s/%s/%d/%d", comm->prefix, what, comm->node, comm->local_rank);
+    return smddp__store_set(comm->store, key, val, strlen(val) + 1);
+}
+
+/* Maps local rank q's pool, named in val ("NAME SIZE"); false (with the reason in why) if not. */
+static bool map_peer(smddp__shm_t *s, int q, char *val, char *why, size_t cap)
+{
+    char *sep = strchr(val, ' ');
+    if (!sep || strncmp(val, "/smddp-", 7) != 0) {
+        snprintf(why, cap, "local rank %d published a malformed pool name", q);
+        return false;
+    }
+    *sep = '\0';
+    int fd = shm_open(val, O_RDWR, 0600);
+    struct stat sb;
+    bool ok = false;
+    if (fd < 0)
+        snprintf(why, cap, "cannot open local rank %d's pool %s: %s", q, val, strerror(errno));
+    else if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != s->pool_size)
+        snprintf(why, cap, "local rank %d's pool %s is not %zu bytes", q, val, s->pool_size);
+    else if (map_file(fd, s->pool_size, val, &s->peer_pool[q]) != SMDDP_OK)
+        snprintf(why, cap, "%s", smddp__last_error());
+    else
+        ok = true;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+static smddp_status_t setup_failed(smddp_status_t st)
+{
+    char msg[SMDDP_ERRMSG_MAX];
+    snprintf(msg, sizeof(msg), "%s", smddp__last_error());
+    return smddp__error(st, "pool setup failed: %s", msg);
+}
+
+/*
+ * Pools are an optimisation: when they cannot be had on every local rank
+ * alike, no rank has one (s->pool_off says why), and creation goes on.
+ */
+smddp_status_t smddp__pool_setup(smddp_comm_t comm)
+{
+    smddp__shm_t *s = comm->shm;
+    size_t size = align_up((size_t)smddp__params()->shm_pool, POOL_ALIGN);
+    int p = comm->local_size, me = comm->local_rank;
+    char mine[96], (*vals)[96] = NULL;
+    smddp_status_t st = SMDDP_OK;
+    if (comm->node_count > 1) {
+        snprintf(s->pool_off, sizeof(s->pool_off),
+                 "the communicator spans %d nodes; pools serve collectives inside one node",
+                 comm->node_count);
+        return SMDDP_OK;
+    }
+    s->peer_pool = calloc((size_t)p * 3, sizeof(*s->peer_pool));
+    vals = calloc((size_t)p, sizeof(*vals));
+    if (!s->peer_pool || !vals) {
+        free(vals);
+        return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate pool state");
+    }
+    s->pooled_in = s->peer_pool + p;
+    s->pooled_out = s->peer_pool + 2 * p;
+    s->pool_size = size;
+    /*
+     * Every rank publishes its pool's name and size; "- 0" when pools are
+     * off here, "! 0" when this rank could not make one.
+     */
+    if (size == 0) {
+        snprintf(s->pool_off, sizeof(s->pool_off), "SMDDP_SHM_POOL_SIZE=0");
+        snprintf(mine, sizeof(mine), "- 0");
+    } else if (create_own(s, size) == SMDDP_OK) {
+        s->peer_pool[me] = s->pool->base;
+        snprintf(mine, sizeof(mine), "%s %zu", s->pool_name, size);
+    } else {
+        snprintf(s->pool_off, sizeof(s->pool_off), "local rank %d: %s", me, smddp__last_error());
+        snprintf(mine, sizeof(mine), "! 0");
+    }
+    memcpy(vals[me], mine, sizeof(mine));
+    smddp__op_t setup = {.kind = SMDDP_OP_BARRIER, .comm = comm};
+    setup.deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
+    SMDDP_CHECK_GOTO(publish_value(comm, "pool", mine), st, out);
+    st = smddp__shm_sync(comm, &setup);
+    if (st < 0) goto failed;
+    SMDDP_CHECK_GOTO(gather_values(comm, "pool", vals), st, out);
+    /* Every rank reads the same values, so every rank reaches the same verdict. */
+    bool all_off = true;
+    for (int q = 0; q < p; q++) all_off &= !strcmp(vals[q], "- 0");
+    if (all_off) goto quiet;
+    for (int q = 0; q < p && !s->pool_off[0]; q++) {
+        unsigned long long theirs = 0;
+        const char *sep = strchr(vals[q], ' ');
+        if (!sep || sscanf(sep + 1, "%llu", &theirs) != 1 || theirs == 0)
+            snprintf(s->pool_off, sizeof(s->pool_off), "local rank %d has no pool", q);
+        else if (theirs != size)
+            snprintf(s->pool_off, sizeof(s->pool_off),
+                     "local rank %d's pool has %llu bytes, this rank's %zu: every rank of a "
+                     "node needs the same SMDDP_SHM_POOL_SIZE", q, theirs, size);
+    }
+    if (s->pool_off[0]) goto off;
+    /* Then each maps every peer's, and all learn whether everybody could. */
+    for (int q = 0; q < p && !s->pool_off[0]; q++)
+        if (q != me) map_peer(s, q, vals[q], s->pool_off, sizeof(s->pool_off));
+    snprintf(mine, sizeof(mine), "%s", s->pool_off[0] ? "0" : "1");
+    SMDDP_CHECK_GOTO(publish_value(comm, "pool_ok", mine), st, out);
+    st = smddp__shm_sync(comm, &setup);
+    if (st < 0) goto failed;
+    SMDDP_CHECK_GOTO(gather_values(comm, "pool_ok", vals), st, out);
+    for (int q = 0; q < p && !s->pool_off[0]; q++)
+        if (q != me && strcmp(vals[q], "1") != 0)
+            snprintf(s->pool_off, sizeof(s->pool_off), "local rank %d could not map every pool", q);
+    if (s->pool_off[0]) goto off;
+    shm_unlink(s->pool_name);
+    s->pool_name[0] = '\0';
+    free(vals);
+    return SMDDP_OK;
+
+off:
+    SMDDP_WARN("rank %d: communicator %s has no pools: %s", comm->rank, comm->prefix, s->pool_off);
+quiet:
+    unmap_all(comm, s);
+    free(vals);
+    return SMDDP_OK;
+failed:
+    st = setup_failed(st);
+out:
+    free(vals);
+    return st;
+}
+
+void smddp__pool_teardown(smddp_comm_t comm)
+{
+    if (comm->shm) unmap_all(comm, comm->shm);
+}
+
+void smddp__pool_abandon(smddp_comm_t comm)
+{
+    smddp__shm_t *s = comm->shm;
+    if (!s || !s->pool) return;
+    pthread_mutex_lock(&pools_lock);
+    s->pool->abandoned = true;
+    pthread_mutex_unlock(&pools_lock);
+}
+
 smddp_status_t smddp__pool_alloc(smddp_comm_t comm, size_t bytes, void **out)
 {
     smddp__shm_t *s = comm->shm;
     if (!s || !s->pool)
-        return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                            "this communicator has no pool (SMDDP_SHM_POOL_SIZE=0)");
+        return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "this communicator has no pool: %s",
+                            s && s->pool_off[0] ? s->pool_off : "no shared memory");
     struct smddp__pool *pool = s->pool;
     size_t len = align_up(bytes, POOL_ALIGN);
     range_t *used = malloc(sizeof(*used));
@@ -319,6 +392,13 @@ smddp_status_t smddp__pool_free(void *ptr)
         if (!*up) break;
         range_t *r = *up;
         *up = r->next;
+        if (pool->abandoned) {
+            /* A failed op's peers may still write it: the range is never handed out again. */
+            free(r);
+            pool_release(pool);
+            pthread_mutex_unlock(&pools_lock);
+            return SMDDP_OK;
+        }
         /* Back into the free list, merged with its neighbours. */
         range_t **pp = &pool->free_list, *prev = NULL;
         while (*pp && (*pp)->off < r->off) prev = *pp, pp = &(*pp)->next;
@@ -358,6 +438,11 @@ uint64_t smddp__pool_ref(smddp_comm_t comm, const void *ptr, size_t bytes)
 
 bool smddp__pool_on(smddp_comm_t comm) { return comm->shm->pool != NULL; }
 
+static uint64_t record_tag(const smddp__op_t *op, uint32_t post)
+{
+    return (op->seq & 0x7fffffffu) << 32 | post;
+}
+
 static pool_record_t *record(smddp_comm_t comm, int lr, uint64_t seq)
 {
     return (pool_record_t *)((char *)smddp__shm_meta(comm, lr, (int)(seq & 1)) + RECORD_OFFSET);
@@ -372,7 +457,7 @@ void smddp__pool_publish(smddp_comm_t comm, const smddp__op_t *op, uint64_t in_r
     *(volatile uint64_t *)&r->in_ref = in_ref;
     *(volatile uint64_t *)&r->out_ref = out_ref;
     /* The next post carries this value; it orders the record before it. */
-    atomic_store_explicit(&r->tag, comm->shm->my_ctr + 1, memory_order_release);
+    atomic_store_explicit(&r->tag, record_tag(op, comm->shm->my_ctr + 1), memory_order_release);
 }
 
 void smddp__pool_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t tag,
@@ -380,12 +465,13 @@ void smddp__pool_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t
 {
     smddp__shm_t *s = comm->shm;
     pool_record_t *r = record(comm, lr, op->seq);
+    uint64_t want = record_tag(op, tag);
     *in = *out = NULL;
-    if (atomic_load_explicit(&r->tag, memory_order_acquire) != tag) return;
+    if (atomic_load_explicit(&r->tag, memory_order_acquire) != want) return;
     uint64_t in_ref = *(volatile uint64_t *)&r->in_ref;
     uint64_t out_ref = *(volatile uint64_t *)&r->out_ref;
     atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&r->tag, memory_order_relaxed) != tag) return;
+    if (atomic_load_explicit(&r->tag, memory_order_relaxed) != want) return;
     if (in_ref && in_ref <= s->pool_size) *in = s->peer_pool[lr] + in_ref - 1;
     if (out_ref && out_ref <= s->pool_size) *out = s->peer_pool[lr] + out_ref - 1;
 }

@@ -88,6 +88,7 @@ struct smddp__shm {
     char **pooled_in, **pooled_out; /* smddp__pool_peers' answers */
     size_t pool_size;
     char pool_name[64];       /* until unlinked */
+    char pool_off[200];       /* why there are no pools; "" when there are */
 };
 
 /* An unguessable /dev/shm name, "/smddp-PID-HEX". */

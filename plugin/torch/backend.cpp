@@ -369,8 +369,11 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::split(
 at::Tensor ProcessGroupSMDDP::allocateTensor(long size, at::TensorOptions options) {
   TORCH_CHECK(size >= 0, "smddp: allocate_tensor: size is ", size, "; give 0 or more elements");
   if (options.device().is_cpu() && size > 0) {
+    size_t item = options.dtype().itemsize();
+    TORCH_CHECK(static_cast<size_t>(size) <= SIZE_MAX / item, "smddp: allocate_tensor: ", size,
+                " elements of ", item, " bytes overflow the address space");
     InUse in_use(*this);
-    size_t bytes = static_cast<size_t>(size) * options.dtype().itemsize();
+    size_t bytes = static_cast<size_t>(size) * item;
     void* p = nullptr;
     smddp_status_t st = smddp_mem_alloc(comm_, bytes, &p);
     if (st == SMDDP_OK)

@@ -368,10 +368,16 @@ SMDDP_API smddp_status_t smddp_comm_set_timeout(smddp_comm_t comm, int64_t timeo
  * also mixed with pooled ones. The memory is not zeroed.
  *
  * The pool is SMDDP_SHM_POOL_SIZE bytes of address space per rank (default
- * 2 GiB, backed only as allocated; 0 turns pools off). Local; thread-safe.
+ * 2 GiB, backed only as allocated; 0 turns pools off). A communicator has
+ * pools when all of one node's ranks made one of the same size at creation;
+ * otherwise none of them has (with a warning), and a communicator across
+ * nodes never has. After the communicator fails, freed ranges are not
+ * handed out again (a failed op's peers may still write them). Local;
+ * thread-safe.
  *
  * @return SMDDP_OK; SMDDP_ERR_INVALID_ARGUMENT for bytes == 0 or a NULL
- *         argument; SMDDP_ERR_NOT_SUPPORTED when comm has no pool;
+ *         argument; SMDDP_ERR_NOT_SUPPORTED when comm has no pool (the
+ *         message says why);
  *         SMDDP_ERR_NO_MEMORY when the pool has no free range that large or
  *         /dev/shm cannot back it. Use ordinary memory then.
  */
