@@ -6,6 +6,7 @@
  * that both can be run side by side with the same flags and columns.
  *
  *   smddp_bench -p 2 -o allreduce -b 8 -e 64M -f 2 --ref memcpy
+ *   smddp_bench -p 2 -o allgather -b 8 -e 64M -f 2 --ref memcpy --mem pool
  *   mpirun -np 2 smddp_bench_mpi -o allreduce -b 8 -e 64M -f 2
  *
  * smddp_bench also prints the mean skew per call: how much later the last
@@ -58,6 +59,7 @@ typedef struct bench_args {
     int ref_memcpy;
     int inplace;
     int bind;
+    int pool; /* --mem pool: buffers from smddp_mem_alloc */
 } bench_args_t;
 
 static int rank, nranks;
@@ -132,7 +134,9 @@ static void usage(void)
            "  -F, --format csv     print CSV instead of a table\n"
            "      --ref memcpy     add a single-thread memcpy rate per size, and the ratio\n"
            "      --bind 0|1       with -p, pin rank r to the r-th allowed CPU, round robin, as\n"
-           "                       mpirun does by default (default 1)\n");
+           "                       mpirun does by default (default 1)\n"
+           "      --mem pool       buffers from smddp_mem_alloc, which peers read and write in\n"
+           "                       place (smddp_bench only; default: aligned_alloc)\n");
 }
 
 static void parse_args(int argc, char **argv, bench_args_t *a)
@@ -143,8 +147,8 @@ static void parse_args(int argc, char **argv, bench_args_t *a)
         {"iters", 1, NULL, 'n'},    {"warmup_iters", 1, NULL, 'w'}, {"check", 1, NULL, 'c'},
         {"inplace", 1, NULL, 'i'},  {"procs", 1, NULL, 'p'},       {"format", 1, NULL, 'F'},
         {"ref", 1, NULL, 'R'},      {"help", 0, NULL, 'h'},        {"bind", 1, NULL, 'B'},
-        {NULL, 0, NULL, 0}};
-    *a = (bench_args_t){OP_ALLREDUCE, SMDDP_FLOAT32, SMDDP_SUM, 8, 64 << 20, 2.0, 20, 5, 1, 0, 0, 0, 0, 1};
+        {"mem", 1, NULL, 'M'},      {NULL, 0, NULL, 0}};
+    *a = (bench_args_t){OP_ALLREDUCE, SMDDP_FLOAT32, SMDDP_SUM, 8, 64 << 20, 2.0, 20, 5, 1, 0, 0, 0, 0, 1, 0};
     int c;
     while ((c = getopt_long(argc, argv, "o:d:r:b:e:f:n:w:c:i:p:F:h", longopts, NULL)) != -1) {
         switch (c) {
@@ -177,6 +181,13 @@ static void parse_args(int argc, char **argv, bench_args_t *a)
             a->ref_memcpy = 1;
             break;
         case 'B': a->bind = atoi(optarg); break;
+        case 'M':
+            if (strcasecmp(optarg, "pool") != 0) die("unknown memory \"%s\"; accepted: pool", optarg);
+#ifdef BENCH_MPI
+            die("%s", "--mem pool is smddp_bench's only");
+#endif
+            a->pool = 1;
+            break;
         case 'h': usage(); exit(0);
         default: usage(); exit(2);
         }
@@ -507,8 +518,19 @@ static void run(const bench_args_t *a)
     size_t es = smddp_dtype_size(a->dtype);
     size_t max_count = a->max_bytes / es / (a->op == OP_ALLREDUCE || a->op == OP_BROADCAST ? 1 : (size_t)nranks);
     size_t blocks = a->op == OP_ALLREDUCE || a->op == OP_BROADCAST ? 1 : (size_t)nranks;
-    char *send = aligned_alloc(64, (max_count * blocks * es + 64) / 64 * 64);
-    char *recv = aligned_alloc(64, (max_count * blocks * es + 64) / 64 * 64);
+    size_t buf_bytes = (max_count * blocks * es + 64) / 64 * 64;
+    char *send = NULL, *recv = NULL;
+#ifndef BENCH_MPI
+    if (a->pool) {
+        if (smddp_mem_alloc(comm, buf_bytes, (void **)&send) != SMDDP_OK ||
+            smddp_mem_alloc(comm, buf_bytes, (void **)&recv) != SMDDP_OK)
+            die("smddp_mem_alloc: %s", smddp_get_last_error(comm));
+    }
+#endif
+    if (!a->pool) {
+        send = aligned_alloc(64, buf_bytes);
+        recv = aligned_alloc(64, buf_bytes);
+    }
     if (!send || !recv) die("%s", "out of memory");
     memset(send, 0, max_count * blocks * es);
     memset(recv, 0, max_count * blocks * es);
@@ -518,9 +540,9 @@ static void run(const bench_args_t *a)
             printf("size,count,type,redop,time_us,algbw_gbs,busbw_gbs,wrong%s%s\n",
                    a->ref_memcpy ? ",memcpy_gbs,algbw_over_memcpy" : "", SKEW_CSV);
         } else {
-            printf("# %s, %d ranks, %s, %s, %s\n", op_names[a->op], nranks,
+            printf("# %s, %d ranks, %s, %s, %s%s\n", op_names[a->op], nranks,
                    smddp_dtype_name(a->dtype), smddp_op_name(a->redop),
-                   a->inplace ? "in place" : "out of place");
+                   a->inplace ? "in place" : "out of place", a->pool ? ", buffers in pools" : "");
             printf("%12s %12s %8s %10s %12s %12s %12s %8s%s%s\n", "size(B)", "count", "type",
                    "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong",
                    a->ref_memcpy ? "  memcpy(GB/s)  ratio" : "", SKEW_HEAD);
@@ -585,6 +607,13 @@ static void run(const bench_args_t *a)
     if (rank == 0 && !a->csv)
         printf("# %s: %lld wrong element(s) in total\n", total_wrong ? "FAILED" : "OK",
                (long long)total_wrong);
+#ifndef BENCH_MPI
+    if (a->pool) {
+        smddp_mem_free(send);
+        smddp_mem_free(recv);
+        send = recv = NULL;
+    }
+#endif
     free(send);
     free(recv);
     if (total_wrong) exit(1);
