@@ -154,6 +154,11 @@ void WorkSMDDP::release_pending() {
   }
 }
 
+namespace {
+// How many works this thread is completing (running their Future's callbacks).
+thread_local int completing_here = 0;
+}  // namespace
+
 void WorkSMDDP::complete() {
   // Keeps this work alive to the end of the function, then lets it go.
   auto self = std::move(self_);
@@ -193,6 +198,10 @@ void WorkSMDDP::complete() {
   finalizers_.clear();
   keepalive_.clear();
   try {
+    struct Completing {
+      Completing() { ++completing_here; }
+      ~Completing() { --completing_here; }
+    } completing;
     if (eptr) {
       future_->setError(eptr);
     } else {
@@ -214,20 +223,25 @@ bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
                                       deadline - std::chrono::steady_clock::now()))
                        : kNoTimeout);
   }
-  GroupHold hold(backend_);
-  for (auto req : requests_) {
-    int64_t wait_ms = SMDDP_WAIT_DEFAULT;
-    if (bounded) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      wait_ms = std::max<int64_t>(0, left.count());
-    }
-    if (smddp_wait(req, wait_ms) == SMDDP_IN_PROGRESS) {
-      std::ostringstream msg;
-      msg << "smddp " << c10d::opTypeToString(opType_) << " (seq " << seq_
-          << ") did not complete within the " << timeout.count()
-          << " ms given to wait(); the operation is still running";
-      throw_backend_error(msg.str());
+  {
+    // Held while libsmddp may run the requests on this thread; let go before
+    // waiting for the completion below, which runs the Future's callbacks on
+    // another thread: one that destroys the group waits for every hold.
+    GroupHold hold(backend_);
+    for (auto req : requests_) {
+      int64_t wait_ms = SMDDP_WAIT_DEFAULT;
+      if (bounded) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        wait_ms = std::max<int64_t>(0, left.count());
+      }
+      if (smddp_wait(req, wait_ms) == SMDDP_IN_PROGRESS) {
+        std::ostringstream msg;
+        msg << "smddp " << c10d::opTypeToString(opType_) << " (seq " << seq_
+            << ") did not complete within the " << timeout.count()
+            << " ms given to wait(); the operation is still running";
+        throw_backend_error(msg.str());
+      }
     }
   }
   // libsmddp runs a request's callback before it reports it done, so the work
@@ -489,12 +503,21 @@ ProcessGroupSMDDP::InUse::~InUse() {
 }
 
 void ProcessGroupSMDDP::shutdown() {
-  if (held_here(this)) {
+  if (held_here(this) || completing_here > 0) {
     // Inside one of this group's calls on this thread (a Future callback
-    // run by wait()): waiting here for the calls under way would wait for
-    // this very thread. Refuse new calls now, destroy once it lets go.
+    // run by wait()), or in a Future callback on the thread completing a
+    // work, which a wait() on another thread may be holding the group for:
+    // waiting here for the calls under way could wait for this very thread.
+    // Refuse new calls now; destroy at once if nobody holds the group, else
+    // when the last hold ends.
     closing_.store(true);
     shutdown_deferred_.store(true);
+    if (!held_here(this) && use_mutex_.try_lock()) {
+      use_mutex_.unlock();
+      if (shutdown_deferred_.exchange(false)) {
+        shutdown_now();
+      }
+    }
     return;
   }
   shutdown_now();
