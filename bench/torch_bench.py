@@ -397,16 +397,28 @@ def latency(torch, dist, args, groups, ctl) -> dict:
     return out
 
 
-def run_ddp(torch, dist, args, groups, ctl, rank):
+def linear_stack(torch, args):
+    """The DDP and FSDP2 model: args.ddp_layers x (Linear(2048, 2048), ReLU), seeded."""
     import torch.nn as nn
+
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(args.ddp_layers):
+        layers += [nn.Linear(2048, 2048), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def step_means(args, times: dict) -> tuple[int, dict]:
+    """Steps left out (the first 3 of more than 3), and each model's mean step over the rest."""
+    skip = 3 if args.ddp_steps > 3 else 0
+    return skip, {k: sum(t[skip:]) / len(t[skip:]) for k, t in times.items()}
+
+
+def run_ddp(torch, dist, args, groups, ctl, rank):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     def model():
-        torch.manual_seed(0)
-        layers = []
-        for _ in range(args.ddp_layers):
-            layers += [nn.Linear(2048, 2048), nn.ReLU()]
-        return nn.Sequential(*layers)
+        return linear_stack(torch, args)
 
     def no_comm(state, bucket):
         fut = torch.futures.Future()
@@ -492,11 +504,7 @@ def run_fsdp(torch, dist, args, groups, ctl, rank):
     from torch.distributed.fsdp import fully_shard
 
     def model(group, pooled):
-        torch.manual_seed(0)
-        layers = []
-        for _ in range(args.ddp_layers):
-            layers += [nn.Linear(2048, 2048), nn.ReLU()]
-        m = nn.Sequential(*layers)
+        m = linear_stack(torch, args)
         mesh = DeviceMesh.from_group(group, "cpu")
         for layer in m:
             if isinstance(layer, nn.Linear):
@@ -767,8 +775,7 @@ def report(args, res: dict, wall: float) -> int:
                             p50 <= 4, f"p50 {p50:.2f} us"))
     if "ddp" in res:
         d = res["ddp"]
-        skip = 3 if args.ddp_steps > 3 else 0
-        mean = {be: sum(t[skip:]) / len(t[skip:]) for be, t in d["times"].items()}
+        skip, mean = step_means(args, d["times"])
         print()
         print(f"## DDP: {args.ddp_layers} x Linear(2048, 2048), {d['params'] / 1e6:.1f}M params "
               f"({d['params'] * 4 / 2**20:.0f} MiB of fp32 gradients), batch {args.ddp_batch}/rank, "
@@ -808,8 +815,7 @@ def report(args, res: dict, wall: float) -> int:
                             f"+{over * 100:.1f}%"))
     if "fsdp" in res:
         d = res["fsdp"]
-        skip = 3 if args.ddp_steps > 3 else 0
-        mean = {k: sum(t[skip:]) / len(t[skip:]) for k, t in d["times"].items()}
+        skip, mean = step_means(args, d["times"])
         print()
         print(f"## FSDP2: the same model, each Linear and the root fully_shard'ed, "
               f"{args.ddp_steps} steps, mean without the first {skip}")

@@ -125,14 +125,14 @@ uint64_t smddp__pool_ref(smddp_comm_t comm, const void *ptr, size_t bytes);
 /*
  * Publishes where this rank's input and output of op lie (smddp__pool_ref
  * values), for the next post; call it right before that post's step.
- * smddp__pool_peer, after waiting for local rank lr's post `tag` of the same
- * step, gives lr's input and output in its pool, NULL where they are not.
  */
 void smddp__pool_publish(smddp_comm_t comm, const smddp__op_t *op, uint64_t in_ref,
                          uint64_t out_ref);
-void smddp__pool_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t tag,
-                      char **in, char **out);
-/* smddp__pool_peer for every local rank, this one too; all_*: none is NULL. */
+/*
+ * After waiting for every local rank's post `tag` of the same step: each
+ * one's input and output in its pool (this rank's too), NULL where they are
+ * not; all_*: none is NULL.
+ */
 typedef struct smddp__pooled {
     char **in, **out;
     bool all_in, all_out;

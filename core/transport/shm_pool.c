@@ -460,7 +460,7 @@ void smddp__pool_publish(smddp_comm_t comm, const smddp__op_t *op, uint64_t in_r
     atomic_store_explicit(&r->tag, record_tag(op, comm->shm->my_ctr + 1), memory_order_release);
 }
 
-void smddp__pool_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t tag,
+static void pool_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t tag,
                       char **in, char **out)
 {
     smddp__shm_t *s = comm->shm;
@@ -484,7 +484,7 @@ void smddp__pool_peers(smddp_comm_t comm, const smddp__op_t *op, uint32_t tag,
     out->out = s->pooled_out;
     out->all_in = out->all_out = true;
     for (int q = 0; q < comm->local_size; q++) {
-        smddp__pool_peer(comm, op, q, tag, &out->in[q], &out->out[q]);
+        pool_peer(comm, op, q, tag, &out->in[q], &out->out[q]);
         out->all_in &= out->in[q] != NULL;
         out->all_out &= out->out[q] != NULL;
     }
