@@ -10,6 +10,7 @@
 #include "store_bridge.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <sstream>
 #include <thread>
@@ -379,6 +380,47 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::split(
   return backend;
 }
 
+namespace {
+// The deleter of every storage in a pool: a storage whose DataPtr has it is
+// pooled (move_to_pool's test).
+void free_pooled(void* p) {
+  (void)smddp_mem_free(p);
+}
+
+c10::DataPtr pooled_data_ptr(void* p) {
+  return c10::DataPtr(p, p, &free_pooled, c10::Device(c10::kCPU));
+}
+}  // namespace
+
+bool ProcessGroupSMDDP::move_to_pool(const at::Tensor& t) {
+  if (!t.defined() || !t.device().is_cpu() || !t.has_storage()) {
+    return false;
+  }
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  if (storage->data_ptr().get_deleter() == &free_pooled) {
+    return true;
+  }
+  size_t bytes = storage->nbytes();
+  if (bytes == 0 || no_pool_.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  InUse in_use(*this);
+  void* p = nullptr;
+  smddp_status_t st = smddp_mem_alloc(comm_, bytes, &p);
+  if (st != SMDDP_OK) {
+    if (st == SMDDP_ERR_NOT_SUPPORTED) {
+      no_pool_.store(true, std::memory_order_relaxed);  // a hook asks every step: once is enough
+    } else if (st == SMDDP_ERR_NO_MEMORY) {
+      TORCH_WARN_ONCE("smddp: moving a tensor into the pool: ", smddp_get_last_error(nullptr),
+                      "; such tensors stay in ordinary memory and are staged");
+    }
+    return false;
+  }
+  std::memcpy(p, storage->data(), bytes);
+  storage->set_data_ptr_noswap(pooled_data_ptr(p));  // frees the old memory
+  return true;
+}
+
 #ifdef SMDDP_C10D_BACKEND_HAS_TENSOR_ALLOC
 at::Tensor ProcessGroupSMDDP::allocateTensor(long size, at::TensorOptions options) {
   TORCH_CHECK(size >= 0, "smddp: allocate_tensor: size is ", size, "; give 0 or more elements");
@@ -390,8 +432,11 @@ at::Tensor ProcessGroupSMDDP::allocateTensor(long size, at::TensorOptions option
     size_t bytes = static_cast<size_t>(size) * item;
     void* p = nullptr;
     smddp_status_t st = smddp_mem_alloc(comm_, bytes, &p);
-    if (st == SMDDP_OK)
-      return at::from_blob(p, {size}, [](void* q) { smddp_mem_free(q); }, options);
+    if (st == SMDDP_OK) {
+      c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, pooled_data_ptr(p),
+                           /*allocator=*/nullptr, /*resizable=*/false);
+      return at::empty({0}, options).set_(storage, 0, {size}, {1});
+    }
     if (st == SMDDP_ERR_NO_MEMORY) {
       TORCH_WARN_ONCE("smddp: allocate_tensor: ", smddp_get_last_error(nullptr),
                       "; such tensors come from ordinary memory and are staged");

@@ -310,6 +310,19 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // path written; throws with libsmddp's message on failure.
   std::string dump_trace(const std::string& path);
 
+  // Moves the whole storage of t (a CPU tensor) into this rank's pool: its
+  // bytes are copied into smddp_mem_alloc memory, which from then on backs
+  // the storage, and so every tensor that shares it (its views too); the old
+  // memory is freed. Collectives of this group then read and write it in
+  // place (DDP's buckets: smddp.allreduce_hook). Only for storages nobody
+  // reaches by their old address (numpy arrays, from_blob tensors and
+  // data_ptr() values taken before keep the old one). Returns whether the
+  // storage lies in a pool: already (a tensor from allocateTensor or moved
+  // before; true without a copy), or now; false where this group has no
+  // pool, t is not on the CPU or is empty, or the pool is full (warned
+  // once), leaving t as it was.
+  bool move_to_pool(const at::Tensor& t);
+
   // libsmddp's straggler telemetry of this group's communicator
   // (smddp_comm_get_stats): the summary, and each group rank's lateness in
   // ns (-1 where not covered).
@@ -424,6 +437,7 @@ class ProcessGroupSMDDP : public c10d::Backend {
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> seq_{0};
   std::atomic<bool> timing_{false};
+  std::atomic<bool> no_pool_{false};  // smddp_mem_alloc said this communicator has none
   std::shared_ptr<CompletionHooks> hooks_;  // set once, by registerOnCompletionHook
   // With a hook: the works issued and maybe not completed (for waitForPendingWorks).
   std::vector<c10::weak_intrusive_ptr<WorkSMDDP>> pending_works_;

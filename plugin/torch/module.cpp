@@ -178,6 +178,20 @@ PYBIND11_MODULE(_C, m) {
       "Allgather of input into output (world size x input) over group, finished when it returns.",
       py::call_guard<py::gil_scoped_release>());
   m.def(
+      "move_to_pool",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& tensor) {
+        TORCH_CHECK(group, "smddp.move_to_pool: no process group given");
+        if (!tensor.defined() || !group->hasBackendForDeviceType(tensor.device().type())) {
+          return false;
+        }
+        auto* pg = dynamic_cast<smddp_torch::ProcessGroupSMDDP*>(
+            group->getBackend(tensor.device().type()).get());
+        return pg != nullptr && pg->move_to_pool(tensor);
+      },
+      py::arg("group"), py::arg("tensor"),
+      "Moves tensor's storage into the pool of group's smddp backend; whether it lies in one.",
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
       "abort_work", [](const c10::intrusive_ptr<c10d::Work>& work) { work->abort(); },
       py::arg("work"), "Calls Work::abort() of a torch.distributed Work.",
       py::call_guard<py::gil_scoped_release>());

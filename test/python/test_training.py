@@ -3,6 +3,13 @@
 - DDP: one small MLP trained 20 steps from one seed with smddp and with gloo
   (a gloo group of the same ranks, in the same processes) ends with the same
   parameters, to 1e-6 relative;
+- DDP with ``smddp.allreduce_hook`` (its buckets moved into smddp's pools)
+  on 2 and 3 ranks, with and without ``gradient_as_bucket_view``, equals DDP
+  on gloo; the flight recorder shows every step's allreduce ran "in pools";
+  across (fake) nodes, with no pools, it is an ordinary allreduce; on a gloo
+  group the hook equals DDP's built-in allreduce. ``smddp.move_to_pool``
+  keeps values and views, does not move a storage twice, and refuses a gloo
+  group, an empty tensor and a group without pools;
 - FSDP2 (``fully_shard``) on the CPU: smddp's losses and parameters match a
   gloo job's, when FSDP2 runs on the CPU with gloo in this torch;
 - failures: a rank SIGKILLed mid-training makes the others raise, naming it,
@@ -223,6 +230,137 @@ def test_ddp_smddp_equals_gloo(world, env):
                              exact=True)
     # And training did something.
     assert results[0]["smddp_losses"][-1] < results[0]["smddp_losses"][0]
+
+
+# ---- 1b. smddp.allreduce_hook: DDP's buckets in the pools --------------------------------
+
+
+def _trace_algos(rank, what):
+    """{algo: count} of the allreduces in this rank's smddp flight recorder."""
+    import json
+
+    import smddp
+
+    with open(smddp.dump_trace(path=f"/tmp/smddp-{what}-{os.getpid()}-{rank}.json")) as f:
+        trace = json.load(f)
+    ops = trace["ops"] if isinstance(trace, dict) else trace
+    algos = {}
+    for op in ops:
+        if op["kind"] == "allreduce":
+            algos[op.get("algo")] = algos.get(op.get("algo"), 0) + 1
+    return algos
+
+
+def _ddp_hooked(rank, world, bucket_view):
+    import smddp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def train(group, hook):
+        # 2 x 256 x 256 weights: buckets above one-shot's size, so allreduced
+        # two-shot, which runs in place in the pools.
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(),
+                                    torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                    torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                    torch.nn.Linear(256, 8))
+        ddp = DDP(model, process_group=group, bucket_cap_mb=0.25,
+                  gradient_as_bucket_view=bucket_view)
+        if hook:
+            ddp.register_comm_hook(group, smddp.allreduce_hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+        losses = []
+        for step in range(8):
+            x, y = _batch(step, rank)
+            loss = torch.nn.functional.mse_loss(ddp(x), y)
+            opt.zero_grad(set_to_none=False)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return [p.detach().clone() for p in model.parameters()], losses, ddp
+
+    gloo = dist.new_group(backend="gloo")
+    hooked_params, hooked_losses, ddp = train(None, True)
+    # The gradients DDP hands the optimizer are the buckets' (views of them,
+    # with gradient_as_bucket_view): they must lie in the pool now.
+    grads_pooled = all(smddp.move_to_pool(p.grad) and p.grad.data_ptr() == before
+                       for p in ddp.parameters() for before in [p.grad.data_ptr()])
+    algos = _trace_algos(rank, "ddp-hook")
+    gloo_params, gloo_losses, _ = train(gloo, False)
+    # On a gloo group the hook is an ordinary allreduce.
+    gloo_hooked_params, _, _ = train(gloo, True)
+    return {"backend": dist.get_backend(), "hooked": hooked_params, "gloo": gloo_params,
+            "gloo_hooked": gloo_hooked_params, "hooked_losses": hooked_losses,
+            "gloo_losses": gloo_losses, "algos": algos, "grads_pooled": grads_pooled}
+
+
+@pytest.mark.parametrize("world,bucket_view,env", [(2, False, None), (3, True, None),
+                                                    (3, True, FAKE_NODES)],
+                         ids=["2", "3-bucket-view", "3-fake-nodes"])
+def test_ddp_allreduce_hook_in_pools(world, bucket_view, env):
+    """Across nodes there are no pools: the hook is an ordinary allreduce."""
+    results, _ = run_ranks(_ddp_hooked, world, args=(bucket_view,), timeout=120, env=env)
+    pooled = env is None
+    for r in range(world):
+        res = results[r]
+        _assert_params_close(res["hooked"], res["gloo"], f"rank {r}: hooked smddp vs gloo")
+        _assert_params_close(res["gloo_hooked"], res["gloo"], f"rank {r}: hooked gloo vs gloo")
+        torch.testing.assert_close(torch.tensor(res["hooked_losses"]),
+                                   torch.tensor(res["gloo_losses"]), rtol=1e-6, atol=1e-7)
+        _assert_params_close(res["hooked"], results[0]["hooked"], f"rank {r} vs rank 0",
+                             exact=True)
+        # Every step's buckets went through the pools, with no staging.
+        if pooled:
+            assert res["algos"].get("in pools", 0) >= 8, res["algos"]
+        else:
+            assert "in pools" not in res["algos"], res["algos"]
+        assert res["grads_pooled"] == (bucket_view and pooled), res["grads_pooled"]
+    assert results[0]["hooked_losses"][-1] < results[0]["hooked_losses"][0]
+
+
+def _move_to_pool(rank, world):
+    import smddp
+
+    out = {}
+    t = torch.arange(100_000, dtype=torch.float32) + rank
+    view = t[10:20]
+    before = t.data_ptr()
+    out["moved"] = smddp.move_to_pool(t)
+    out["new_address"] = t.data_ptr() != before
+    out["values_kept"] = torch.equal(t, torch.arange(100_000, dtype=torch.float32) + rank)
+    out["view_follows"] = view.data_ptr() == t.data_ptr() + 40 and view[0].item() == 10 + rank
+    at = t.data_ptr()
+    out["again"] = smddp.move_to_pool(view) and t.data_ptr() == at   # same storage: no copy
+    dist.all_reduce(t)
+    out["sum_ok"] = torch.equal(t, sum(torch.arange(100_000, dtype=torch.float32) + r
+                                       for r in range(world)))
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    a = backend.allocate_tensor(1000, dtype=torch.float32, device=torch.device("cpu"))
+    at = a.data_ptr()
+    out["allocated"] = smddp.move_to_pool(a) and a.data_ptr() == at
+    gloo = dist.new_group(backend="gloo")
+    g = torch.ones(1000)
+    at = g.data_ptr()
+    out["gloo"] = smddp.move_to_pool(g, group=gloo) or g.data_ptr() != at
+    out["empty"] = smddp.move_to_pool(torch.empty(0))
+    out["algos"] = _trace_algos(rank, "move")
+    return out
+
+
+def test_move_to_pool():
+    results, _ = run_ranks(_move_to_pool, 2)
+    for r in range(2):
+        res = results[r]
+        for k in ("moved", "new_address", "values_kept", "view_follows", "again", "sum_ok",
+                  "allocated"):
+            assert res[k], (r, k, res)
+        assert not res["gloo"] and not res["empty"], res
+        assert res["algos"].get("in pools") == 1, res["algos"]
+    # Without pools (SMDDP_SHM_POOL_SIZE=0) nothing moves; the allreduce is staged.
+    results, _ = run_ranks(_move_to_pool, 2, env={"SMDDP_SHM_POOL_SIZE": "0"})
+    for r in range(2):
+        res = results[r]
+        assert not res["moved"] and not res["new_address"] and res["sum_ok"], res
+        assert "in pools" not in res["algos"], res["algos"]
 
 
 # ---- 2. FSDP2 on the CPU ------------------------------------------------------------

@@ -289,6 +289,62 @@ def _traced(fn: str, a, b, group) -> None:
         torch.ops.smddp.all_gather_into_tensor_out(b, name, out=a)
 
 
+def allreduce_hook(process_group, bucket):
+    """DDP communication hook: each gradient bucket averaged over the group
+    in shared memory, with no copy in or out.
+
+    ``model.register_comm_hook(group, smddp.allreduce_hook)`` (group: the
+    DDP model's process group, or None for the default group) in place of
+    DDP's built-in allreduce, with the same result (the mean over the
+    ranks). On a group whose CPU backend is smddp, the first time a bucket
+    comes, its memory moves into the rank's pool (``move_to_pool``), where
+    the ranks of a node read and write each other's buckets in place, so an
+    allreduce moves each byte once instead of staging it in and out. On any
+    other group, or where there is no pool (a group across nodes,
+    ``SMDDP_SHM_POOL_SIZE=0``, the pool full), it is an ordinary allreduce.
+    """
+    import torch.distributed as dist
+
+    group = dist.group.WORLD if process_group is None else process_group
+    buf = bucket.buffer()
+    if _load_error is None and dist.get_backend(group) == BACKEND_NAME:
+        from smddp import _C
+
+        if buf.device.type == "cpu":
+            _C.move_to_pool(group, buf)
+        op = dist.ReduceOp.AVG  # divided inside the reduction, no pass of its own
+    else:  # torch's own allreduce hook: not every backend has AVG
+        buf.div_(dist.get_world_size(group))
+        op = dist.ReduceOp.SUM
+    work = dist.all_reduce(buf, op=op, group=group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def move_to_pool(tensor, group=None) -> bool:
+    """Moves a CPU tensor's memory into the shared-memory pool of an smddp
+    group; returns whether it lies in one.
+
+    The tensor (and every view of its storage) keeps its values, shape and
+    identity; only the memory behind it changes: copied into the pool, the
+    old memory freed. Collectives of that group on the ranks of one node
+    then read and write it in place instead of staging it. Use it on
+    long-lived buffers that are communicated often (DDP's buckets; see
+    ``allreduce_hook``) and that nothing reaches through their old address
+    (a numpy array over the tensor, a ``data_ptr()`` taken before). Returns
+    False, and leaves the tensor alone, where the group's backend for the
+    tensor's device is not smddp, the group has no pool (across nodes,
+    ``SMDDP_SHM_POOL_SIZE=0``), the tensor is empty or not on the CPU, or
+    the pool is full (with a warning).
+    """
+    import torch.distributed as dist
+
+    if _load_error is not None:
+        raise RuntimeError(f"the smddp backend is not available: {_load_error}")
+    from smddp import _C
+
+    return _C.move_to_pool(dist.group.WORLD if group is None else group, tensor)
+
+
 def all_reduce(tensor, op=None, group=None) -> None:
     """``torch.distributed.all_reduce(tensor, op, group)`` on an smddp group, done on return.
 
