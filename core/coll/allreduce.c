@@ -94,7 +94,11 @@ static void reduce_and_copy(const smddp__reduce_spec_t *spec, char *out, char *d
 /*
  * Every input and output in a pool: reduces this rank's block of all n
  * elements into its output, a slice at a time, and copies each slice on
- * into every peer's output.
+ * into every peer's output. Non-temporal stores (stream) only into an
+ * output that is not its input: the slice of an input was just read, its
+ * lines are in this core's cache, and ordinary stores over them measured
+ * 20-30% faster at 16-64 MiB (bench/RESULTS.md); into lines never read,
+ * streaming saves reading them first.
  */
 static void reduce_and_push(const smddp__reduce_spec_t *spec, const smddp__pooled_t *pl, int p,
                             int me, size_t off, size_t n, int stream)
@@ -107,7 +111,9 @@ static void reduce_and_push(const smddp__reduce_spec_t *spec, const smddp__poole
         char *mine = pl->out[me] + o * es;
         smddp__reduce(spec, mine, at, p, len);
         for (int q = 0; q < p; q++)
-            if (q != me) smddp__copy(pl->out[q] + o * es, mine, len * es, stream);
+            if (q != me)
+                smddp__copy(pl->out[q] + o * es, mine, len * es,
+                            stream && pl->out[q] != pl->in[q]);
     }
 }
 
