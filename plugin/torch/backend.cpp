@@ -381,43 +381,85 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSMDDP::split(
 }
 
 namespace {
-// The deleter of every storage in a pool: a storage whose DataPtr has it is
-// pooled (move_to_pool's test).
-void free_pooled(void* p) {
-  (void)smddp_mem_free(p);
-}
+// A pooled storage's DataPtr context: the memory and the backend that gave
+// it. free_pooled, the deleter, is how a pooled storage is recognised.
+struct PooledBlock {
+  void* p;
+  uint64_t owner;
+};
+std::atomic<uint64_t> pooled_frees{0};  // a full pool may have room again once this moves
 
-c10::DataPtr pooled_data_ptr(void* p) {
-  return c10::DataPtr(p, p, &free_pooled, c10::Device(c10::kCPU));
+void free_pooled(void* ctx) {
+  auto* block = static_cast<PooledBlock*>(ctx);
+  (void)smddp_mem_free(block->p);
+  delete block;
+  pooled_frees.fetch_add(1, std::memory_order_relaxed);
 }
 }  // namespace
+
+uint64_t ProcessGroupSMDDP::new_pool_owner() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+c10::DataPtr ProcessGroupSMDDP::pool_alloc(size_t bytes) {
+  if (no_pool_.load(std::memory_order_relaxed)) {
+    return c10::DataPtr();
+  }
+  uint64_t frees = pooled_frees.load(std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(full_mutex_);
+    if (full_at_ == frees && bytes >= full_bytes_) {
+      return c10::DataPtr();
+    }
+  }
+  InUse in_use(*this);
+  void* p = nullptr;
+  smddp_status_t st = smddp_mem_alloc(comm_, bytes, &p);
+  if (st == SMDDP_OK) {
+    return c10::DataPtr(p, new PooledBlock{p, pool_owner_}, &free_pooled,
+                        c10::Device(c10::kCPU));
+  }
+  if (st == SMDDP_ERR_NOT_SUPPORTED) {
+    no_pool_.store(true, std::memory_order_relaxed);  // asked again every step: once is enough
+  } else if (st == SMDDP_ERR_NO_MEMORY) {
+    std::lock_guard<std::mutex> lock(full_mutex_);
+    if (full_at_ != frees || bytes < full_bytes_) {  // not again until something is freed
+      full_at_ = frees;
+      full_bytes_ = bytes;
+    }
+    TORCH_WARN_ONCE("smddp: ", smddp_get_last_error(nullptr),
+                    "; tensors that do not fit stay in ordinary memory and are staged");
+  }
+  return c10::DataPtr();
+}
 
 bool ProcessGroupSMDDP::move_to_pool(const at::Tensor& t) {
   if (!t.defined() || !t.device().is_cpu() || !t.has_storage()) {
     return false;
   }
   c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  if (storage->data_ptr().get_deleter() == &free_pooled) {
+  const c10::DataPtr& now = storage->data_ptr();
+  if (now.get_deleter() == &free_pooled &&
+      static_cast<const PooledBlock*>(now.get_context())->owner == pool_owner_) {
     return true;
   }
   size_t bytes = storage->nbytes();
-  if (bytes == 0 || no_pool_.load(std::memory_order_relaxed)) {
+  if (bytes == 0) {
     return false;
   }
-  InUse in_use(*this);
-  void* p = nullptr;
-  smddp_status_t st = smddp_mem_alloc(comm_, bytes, &p);
-  if (st != SMDDP_OK) {
-    if (st == SMDDP_ERR_NOT_SUPPORTED) {
-      no_pool_.store(true, std::memory_order_relaxed);  // a hook asks every step: once is enough
-    } else if (st == SMDDP_ERR_NO_MEMORY) {
-      TORCH_WARN_ONCE("smddp: moving a tensor into the pool: ", smddp_get_last_error(nullptr),
-                      "; such tensors stay in ordinary memory and are staged");
-    }
+  c10::DataPtr moved = pool_alloc(bytes);
+  if (!moved) {
     return false;
   }
-  std::memcpy(p, storage->data(), bytes);
-  storage->set_data_ptr_noswap(pooled_data_ptr(p));  // frees the old memory
+  // mutable_data(): a copy-on-write storage gets its own copy first, which
+  // leaves it an ordinary storage whose DataPtr may be swapped.
+  const void* src = storage->mutable_data();
+  if (src == nullptr) {
+    return false;  // `moved` goes back to the pool
+  }
+  std::memcpy(moved.get(), src, bytes);
+  storage->set_data_ptr_noswap(std::move(moved));  // frees the old memory
   return true;
 }
 
@@ -428,18 +470,12 @@ at::Tensor ProcessGroupSMDDP::allocateTensor(long size, at::TensorOptions option
     size_t item = options.dtype().itemsize();
     TORCH_CHECK(static_cast<size_t>(size) <= SIZE_MAX / item, "smddp: allocate_tensor: ", size,
                 " elements of ", item, " bytes overflow the address space");
-    InUse in_use(*this);
     size_t bytes = static_cast<size_t>(size) * item;
-    void* p = nullptr;
-    smddp_status_t st = smddp_mem_alloc(comm_, bytes, &p);
-    if (st == SMDDP_OK) {
-      c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, pooled_data_ptr(p),
+    c10::DataPtr p = pool_alloc(bytes);
+    if (p) {
+      c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, std::move(p),
                            /*allocator=*/nullptr, /*resizable=*/false);
       return at::empty({0}, options).set_(storage, 0, {size}, {1});
-    }
-    if (st == SMDDP_ERR_NO_MEMORY) {
-      TORCH_WARN_ONCE("smddp: allocate_tensor: ", smddp_get_last_error(nullptr),
-                      "; such tensors come from ordinary memory and are staged");
     }
   }
   return at::empty({size}, options);

@@ -313,14 +313,16 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // Moves the whole storage of t (a CPU tensor) into this rank's pool: its
   // bytes are copied into smddp_mem_alloc memory, which from then on backs
   // the storage, and so every tensor that shares it (its views too); the old
-  // memory is freed. Collectives of this group then read and write it in
-  // place (DDP's buckets: smddp.allreduce_hook). Only for storages nobody
-  // reaches by their old address (numpy arrays, from_blob tensors and
-  // data_ptr() values taken before keep the old one). Returns whether the
-  // storage lies in a pool: already (a tensor from allocateTensor or moved
-  // before; true without a copy), or now; false where this group has no
-  // pool, t is not on the CPU or is empty, or the pool is full (warned
-  // once), leaving t as it was.
+  // memory is freed at once. Collectives of this group then read and write
+  // it in place (DDP's buckets: smddp.allreduce_hook). Only for storages
+  // nobody reaches by their old address (numpy arrays, from_blob tensors
+  // and data_ptr() values taken before keep the old one), with no operation
+  // under way on them and no other thread using them. Returns whether the
+  // storage lies in this group's pool: already (a tensor from
+  // allocateTensor or moved before; true without a copy), or now; false
+  // where this group has no pool, t is not on the CPU or is empty, or the
+  // pool is full (warned once), leaving t as it was. A storage in another
+  // group's pool is moved into this one's.
   bool move_to_pool(const at::Tensor& t);
 
   // libsmddp's straggler telemetry of this group's communicator
@@ -437,7 +439,18 @@ class ProcessGroupSMDDP : public c10d::Backend {
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> seq_{0};
   std::atomic<bool> timing_{false};
-  std::atomic<bool> no_pool_{false};  // smddp_mem_alloc said this communicator has none
+  // Pool memory for a tensor of `bytes`, as a DataPtr tagged with this
+  // backend (move_to_pool's "in this group's pool"); null where there is
+  // no pool, or it was full for as many bytes or fewer and nothing pooled
+  // was freed since (warned once).
+  c10::DataPtr pool_alloc(size_t bytes);
+  static uint64_t new_pool_owner();
+  const uint64_t pool_owner_ = new_pool_owner();     // this backend's tag on its pool memory
+  std::atomic<bool> no_pool_{false};                 // smddp_mem_alloc: this communicator has none
+  // The pool was full for full_bytes_ when pooled_frees was full_at_.
+  std::mutex full_mutex_;
+  uint64_t full_at_ = UINT64_MAX;
+  size_t full_bytes_ = 0;
   std::shared_ptr<CompletionHooks> hooks_;  // set once, by registerOnCompletionHook
   // With a hook: the works issued and maybe not completed (for waitForPendingWorks).
   std::vector<c10::weak_intrusive_ptr<WorkSMDDP>> pending_works_;

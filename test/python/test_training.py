@@ -256,13 +256,13 @@ def _ddp_hooked(rank, world, bucket_view):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     def train(group, hook):
-        # 2 x 256 x 256 weights: buckets above one-shot's size, so allreduced
-        # two-shot, which runs in place in the pools.
+        # Every bucket (at most 0.25 MB; DDP fills them from the last layer)
+        # above one-shot's size, which stages in place: each bucket is
+        # allreduced two-shot, in place in the pools.
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(),
-                                    torch.nn.Linear(256, 256), torch.nn.ReLU(),
-                                    torch.nn.Linear(256, 256), torch.nn.ReLU(),
-                                    torch.nn.Linear(256, 8))
+        model = torch.nn.Sequential(torch.nn.Linear(32, 1024), torch.nn.ReLU(),
+                                    torch.nn.Linear(1024, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 8))
         ddp = DDP(model, process_group=group, bucket_cap_mb=0.25,
                   gradient_as_bucket_view=bucket_view)
         if hook:
@@ -308,9 +308,10 @@ def test_ddp_allreduce_hook_in_pools(world, bucket_view, env):
                                    torch.tensor(res["gloo_losses"]), rtol=1e-6, atol=1e-7)
         _assert_params_close(res["hooked"], results[0]["hooked"], f"rank {r} vs rank 0",
                              exact=True)
-        # Every step's buckets went through the pools, with no staging.
+        # Every step's buckets went through the pools, none was staged.
         if pooled:
-            assert res["algos"].get("in pools", 0) >= 8, res["algos"]
+            assert set(res["algos"]) == {"in pools"} and res["algos"]["in pools"] >= 8, \
+                res["algos"]
         else:
             assert "in pools" not in res["algos"], res["algos"]
         assert res["grads_pooled"] == (bucket_view and pooled), res["grads_pooled"]
@@ -343,7 +344,24 @@ def _move_to_pool(rank, world):
     out["gloo"] = smddp.move_to_pool(g, group=gloo) or g.data_ptr() != at
     out["empty"] = smddp.move_to_pool(torch.empty(0))
     out["algos"] = _trace_algos(rank, "move")
+    # A tensor in another group's pool moves into this group's.
+    other = dist.new_group(backend="smddp")
+    at = t.data_ptr()
+    out["to_other"] = smddp.move_to_pool(t, group=other) and t.data_ptr() != at
+    at = t.data_ptr()
+    out["to_other_again"] = smddp.move_to_pool(t, group=other) and t.data_ptr() == at
+    dist.all_reduce(t, group=other)
+    out["other_sum_ok"] = torch.equal(t, world * sum(torch.arange(100_000, dtype=torch.float32)
+                                                     + r for r in range(world)))
     return out
+
+
+def _pool_full(rank, world):
+    import smddp
+
+    big, small = torch.ones(2 << 20), torch.ones(16 << 10)     # 8 MiB, 64 KiB
+    return {"big": smddp.move_to_pool(big), "small": smddp.move_to_pool(small),
+            "big_again": smddp.move_to_pool(big), "values": bool((big == 1).all())}
 
 
 def test_move_to_pool():
@@ -355,12 +373,18 @@ def test_move_to_pool():
             assert res[k], (r, k, res)
         assert not res["gloo"] and not res["empty"], res
         assert res["algos"].get("in pools") == 1, res["algos"]
+        assert res["to_other"] and res["to_other_again"] and res["other_sum_ok"], res
     # Without pools (SMDDP_SHM_POOL_SIZE=0) nothing moves; the allreduce is staged.
     results, _ = run_ranks(_move_to_pool, 2, env={"SMDDP_SHM_POOL_SIZE": "0"})
     for r in range(2):
         res = results[r]
         assert not res["moved"] and not res["new_address"] and res["sum_ok"], res
         assert "in pools" not in res["algos"], res["algos"]
+    # A pool too small for one tensor still takes a smaller one afterwards.
+    results, _ = run_ranks(_pool_full, 2, env={"SMDDP_SHM_POOL_SIZE": "1M"})
+    for r in range(2):
+        assert results[r] == {"big": False, "small": True, "big_again": False, "values": True}, \
+            results[r]
 
 
 # ---- 2. FSDP2 on the CPU ------------------------------------------------------------

@@ -295,13 +295,16 @@ def allreduce_hook(process_group, bucket):
 
     ``model.register_comm_hook(group, smddp.allreduce_hook)`` (group: the
     DDP model's process group, or None for the default group) in place of
-    DDP's built-in allreduce, with the same result (the mean over the
-    ranks). On a group whose CPU backend is smddp, the first time a bucket
-    comes, its memory moves into the rank's pool (``move_to_pool``), where
-    the ranks of a node read and write each other's buckets in place, so an
-    allreduce moves each byte once instead of staging it in and out. On any
-    other group, or where there is no pool (a group across nodes,
-    ``SMDDP_SHM_POOL_SIZE=0``, the pool full), it is an ordinary allreduce.
+    DDP's built-in allreduce, with its result, the mean over the ranks (up
+    to rounding where the world size is not a power of two: the sum is
+    divided, not each gradient). On a group whose backend is smddp, the
+    first time a CPU bucket comes, its memory moves into the rank's pool
+    (``move_to_pool``), where the ranks of a node read and write each
+    other's buckets in place (buckets above the one-shot size; smaller ones
+    are staged), so an allreduce moves each byte once instead of staging it
+    in and out. On any other group, or where there is no pool (a group
+    across nodes, ``SMDDP_SHM_POOL_SIZE=0``, the pool full), it is an
+    ordinary allreduce (torch's own hook on other backends).
     """
     import torch.distributed as dist
 
@@ -330,11 +333,14 @@ def move_to_pool(tensor, group=None) -> bool:
     then read and write it in place instead of staging it. Use it on
     long-lived buffers that are communicated often (DDP's buckets; see
     ``allreduce_hook``) and that nothing reaches through their old address
-    (a numpy array over the tensor, a ``data_ptr()`` taken before). Returns
-    False, and leaves the tensor alone, where the group's backend for the
-    tensor's device is not smddp, the group has no pool (across nodes,
-    ``SMDDP_SHM_POOL_SIZE=0``), the tensor is empty or not on the CPU, or
-    the pool is full (with a warning).
+    (a numpy array over the tensor, a ``data_ptr()`` taken before), with no
+    collective under way on it and no other thread using it: the old memory
+    is freed at once. Pooled memory is shared, also with processes forked
+    afterwards. Returns False, and leaves the tensor alone, where the
+    group's backend for the tensor's device is not smddp, the group has no
+    pool (across nodes, ``SMDDP_SHM_POOL_SIZE=0``), the tensor is empty or
+    not on the CPU, or the pool is full (with a warning). A tensor in
+    another group's pool moves into this group's.
     """
     import torch.distributed as dist
 
