@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -413,12 +414,12 @@ c10::DataPtr ProcessGroupSMDDP::pool_alloc(size_t bytes) {
       return c10::DataPtr();
     }
   }
+  auto block = std::make_unique<PooledBlock>(PooledBlock{nullptr, pool_owner_});
   InUse in_use(*this);
-  void* p = nullptr;
-  smddp_status_t st = smddp_mem_alloc(comm_, bytes, &p);
+  smddp_status_t st = smddp_mem_alloc(comm_, bytes, &block->p);
   if (st == SMDDP_OK) {
-    return c10::DataPtr(p, new PooledBlock{p, pool_owner_}, &free_pooled,
-                        c10::Device(c10::kCPU));
+    void* p = block->p;
+    return c10::DataPtr(p, block.release(), &free_pooled, c10::Device(c10::kCPU));
   }
   if (st == SMDDP_ERR_NOT_SUPPORTED) {
     no_pool_.store(true, std::memory_order_relaxed);  // asked again every step: once is enough
