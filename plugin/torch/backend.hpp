@@ -23,6 +23,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "pool_memory.hpp"
+
 namespace smddp_torch {
 
 class ProcessGroupSMDDP;
@@ -323,7 +325,10 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // where this group has no pool, t is not on the CPU or is empty, or the
   // pool is full (warned once), leaving t as it was. A storage in another
   // group's pool is moved into this one's.
-  bool move_to_pool(const at::Tensor& t);
+  bool move_to_pool(const at::Tensor& t) {
+    InUse in_use(*this);
+    return pool_.move(comm_, t);
+  }
 
   // libsmddp's straggler telemetry of this group's communicator
   // (smddp_comm_get_stats): the summary, and each group rank's lateness in
@@ -439,18 +444,7 @@ class ProcessGroupSMDDP : public c10d::Backend {
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> seq_{0};
   std::atomic<bool> timing_{false};
-  // Pool memory for a tensor of `bytes`, as a DataPtr tagged with this
-  // backend (move_to_pool's "in this group's pool"); null where there is
-  // no pool, or it was full for as many bytes or fewer and nothing pooled
-  // was freed since (warned once).
-  c10::DataPtr pool_alloc(size_t bytes);
-  static uint64_t new_pool_owner();
-  const uint64_t pool_owner_ = new_pool_owner();     // this backend's tag on its pool memory
-  std::atomic<bool> no_pool_{false};                 // smddp_mem_alloc: this communicator has none
-  // The pool was full for full_bytes_ when pooled_frees was full_at_.
-  std::mutex full_mutex_;
-  uint64_t full_at_ = UINT64_MAX;
-  size_t full_bytes_ = 0;
+  PoolMemory pool_;  // allocateTensor's and move_to_pool's memory
   std::shared_ptr<CompletionHooks> hooks_;  // set once, by registerOnCompletionHook
   // With a hook: the works issued and maybe not completed (for waitForPendingWorks).
   std::vector<c10::weak_intrusive_ptr<WorkSMDDP>> pending_works_;
