@@ -3,9 +3,14 @@
 - DDP: one small MLP trained 20 steps from one seed with smddp and with gloo
   (a gloo group of the same ranks, in the same processes) ends with the same
   parameters, to 1e-6 relative;
-- DDP with ``smddp.allreduce_hook`` (its buckets moved into smddp's pools)
-  on 2 and 3 ranks, with and without ``gradient_as_bucket_view``, equals DDP
-  on gloo; the flight recorder shows every step's allreduce ran "in pools";
+- DDP's own allreduce with its buckets from the group (``DDP_DISABLE_COMM_MEM``,
+  which creating an smddp group set to 0) on 2 and 3 ranks equals DDP on
+  gloo, runs every step "in pools" and leaves the gradients in the pool; with
+  ``DDP_DISABLE_COMM_MEM=1`` set by the user, or across (fake) nodes, the
+  buckets are torch's and staged;
+- DDP with ``smddp.allreduce_hook`` and torch's buckets (moved into smddp's
+  pools by the hook) on 2 and 3 ranks, with and without
+  ``gradient_as_bucket_view``, equals DDP on gloo; the flight recorder shows every step's allreduce ran "in pools";
   across (fake) nodes, with no pools, it is an ordinary allreduce; on a gloo
   group the hook equals DDP's built-in allreduce. ``smddp.move_to_pool``
   keeps values and views, does not move a storage twice, and refuses a gloo
@@ -232,7 +237,7 @@ def test_ddp_smddp_equals_gloo(world, env):
     assert results[0]["smddp_losses"][-1] < results[0]["smddp_losses"][0]
 
 
-# ---- 1b. smddp.allreduce_hook: DDP's buckets in the pools --------------------------------
+# ---- 1b. DDP's buckets in the pools: from allocateTensor, or smddp.allreduce_hook ------------
 
 
 def _trace_algos(rank, what):
@@ -251,39 +256,95 @@ def _trace_algos(rank, what):
     return algos
 
 
-def _ddp_hooked(rank, world, bucket_view):
+def _pooled_model():
+    # Every bucket (at most 0.25 MB; DDP fills them from the last layer)
+    # above one-shot's size, which stages in place: each bucket is
+    # allreduced two-shot, in place in the pools.
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(32, 1024), torch.nn.ReLU(),
+                               torch.nn.Linear(1024, 64), torch.nn.ReLU(),
+                               torch.nn.Linear(64, 8))
+
+
+def _train_pooled(group, rank, bucket_view, hook):
+    """_pooled_model under DDP over `group` for 8 steps, with smddp's hook if
+    `hook`; returns (params, losses, whether the gradients lie in the pool).
+    The gradients DDP hands the optimizer are the buckets' (views of them,
+    with gradient_as_bucket_view): pooled when the buckets are."""
     import smddp
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    def train(group, hook):
-        # Every bucket (at most 0.25 MB; DDP fills them from the last layer)
-        # above one-shot's size, which stages in place: each bucket is
-        # allreduced two-shot, in place in the pools.
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(32, 1024), torch.nn.ReLU(),
-                                    torch.nn.Linear(1024, 64), torch.nn.ReLU(),
-                                    torch.nn.Linear(64, 8))
-        ddp = DDP(model, process_group=group, bucket_cap_mb=0.25,
-                  gradient_as_bucket_view=bucket_view)
-        if hook:
-            ddp.register_comm_hook(group, smddp.allreduce_hook)
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-        losses = []
-        for step in range(8):
-            x, y = _batch(step, rank)
-            loss = torch.nn.functional.mse_loss(ddp(x), y)
-            opt.zero_grad(set_to_none=False)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        return [p.detach().clone() for p in model.parameters()], losses, ddp
+    model = _pooled_model()
+    ddp = DDP(model, process_group=group, bucket_cap_mb=0.25, gradient_as_bucket_view=bucket_view)
+    if hook:
+        ddp.register_comm_hook(group, smddp.allreduce_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for step in range(8):
+        x, y = _batch(step, rank)
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    pooled = all(smddp.move_to_pool(p.grad) and p.grad.data_ptr() == before
+                 for p in ddp.parameters() for before in [p.grad.data_ptr()])
+    return [p.detach().clone() for p in model.parameters()], losses, pooled
+
+
+def _ddp_builtin_pooled(rank, world):
+    """DDP's built-in allreduce, nothing changed in the script: smddp's group
+    creation let DDP take its buckets from the group (allocateTensor)."""
+
+    def train(group):
+        return _train_pooled(group, rank, True, False)
 
     gloo = dist.new_group(backend="gloo")
-    hooked_params, hooked_losses, ddp = train(None, True)
-    # The gradients DDP hands the optimizer are the buckets' (views of them,
-    # with gradient_as_bucket_view): they must lie in the pool now.
-    grads_pooled = all(smddp.move_to_pool(p.grad) and p.grad.data_ptr() == before
-                       for p in ddp.parameters() for before in [p.grad.data_ptr()])
+    params, losses, pooled = train(None)
+    algos = _trace_algos(rank, "ddp-builtin")
+    gloo_params, gloo_losses, gloo_pooled = train(gloo)
+    return {"env": os.environ.get("DDP_DISABLE_COMM_MEM"), "params": params, "losses": losses,
+            "gloo": gloo_params, "gloo_losses": gloo_losses, "algos": algos,
+            "grads_pooled": pooled, "gloo_grads_pooled": gloo_pooled}
+
+
+@pytest.mark.parametrize("world,env", [(2, None), (3, None), (3, FAKE_NODES),
+                                       (2, {"DDP_DISABLE_COMM_MEM": "1"})],
+                         ids=["2", "3", "3-fake-nodes", "2-torch-buckets"])
+def test_ddp_builtin_buckets_in_pools(world, env):
+    """Where the user set DDP_DISABLE_COMM_MEM=1, torch's buckets are kept
+    (and staged); across nodes there are no pools. smddp sets the variable
+    only in a torch built without CUDA: with CUDA it stays unset, and DDP
+    keeps torch's buckets."""
+    results, _ = run_ranks(_ddp_builtin_pooled, world, timeout=120, env=env)
+    sets = not torch.backends.cuda.is_built()
+    user = (env or {}).get("DDP_DISABLE_COMM_MEM")
+    pooled = env is None and sets
+    for r in range(world):
+        res = results[r]
+        assert res["env"] == (user if user is not None else "0" if sets else None), res["env"]
+        _assert_params_close(res["params"], res["gloo"], f"rank {r}: smddp vs gloo")
+        torch.testing.assert_close(torch.tensor(res["losses"]), torch.tensor(res["gloo_losses"]),
+                                   rtol=1e-6, atol=1e-7)
+        _assert_params_close(res["params"], results[0]["params"], f"rank {r} vs rank 0",
+                             exact=True)
+        if pooled:
+            assert set(res["algos"]) == {"in pools"} and res["algos"]["in pools"] >= 8, \
+                res["algos"]
+        else:
+            assert "in pools" not in res["algos"] and res["algos"], res["algos"]
+        assert res["grads_pooled"] == pooled, res["grads_pooled"]
+        # A gloo group allocates no tensors: its DDP keeps torch's buckets.
+        assert not res["gloo_grads_pooled"]
+    assert results[0]["losses"][-1] < results[0]["losses"][0]
+
+
+def _ddp_hooked(rank, world, bucket_view):
+    def train(group, hook):
+        return _train_pooled(group, rank, bucket_view, hook)
+
+    gloo = dist.new_group(backend="gloo")
+    hooked_params, hooked_losses, grads_pooled = train(None, True)
     algos = _trace_algos(rank, "ddp-hook")
     gloo_params, gloo_losses, _ = train(gloo, False)
     # On a gloo group the hook is an ordinary allreduce.
@@ -297,8 +358,11 @@ def _ddp_hooked(rank, world, bucket_view):
                                                     (3, True, FAKE_NODES)],
                          ids=["2", "3-bucket-view", "3-fake-nodes"])
 def test_ddp_allreduce_hook_in_pools(world, bucket_view, env):
-    """Across nodes there are no pools: the hook is an ordinary allreduce."""
-    results, _ = run_ranks(_ddp_hooked, world, args=(bucket_view,), timeout=120, env=env)
+    """DDP keeps torch's buckets (DDP_DISABLE_COMM_MEM=1, as in a torch with
+    CUDA), so the hook must move them. Across nodes there are no pools: the
+    hook is an ordinary allreduce."""
+    results, _ = run_ranks(_ddp_hooked, world, args=(bucket_view,), timeout=120,
+                           env={**(env or {}), "DDP_DISABLE_COMM_MEM": "1"})
     pooled = env is None
     for r in range(world):
         res = results[r]

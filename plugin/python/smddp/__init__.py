@@ -9,6 +9,7 @@ works. After `pip install`, torch imports it by itself through the
 `import smddp`.
 """
 
+import os
 import sys
 from datetime import timedelta
 
@@ -51,6 +52,7 @@ def _create(dist_backend_opts, backend_options):
     del backend_options
     from smddp import _C
 
+    _ddp_buckets_from_group()
     return _C.create_backend(
         dist_backend_opts.store,
         dist_backend_opts.group_rank,
@@ -58,6 +60,27 @@ def _create(dist_backend_opts, backend_options):
         _timeout_ms(dist_backend_opts.timeout),
         str(getattr(dist_backend_opts, "group_id", "") or ""),
     )
+
+
+# torch's DDP allocates its gradient buckets with the process group's
+# allocateTensor when this is "0" (read each time it builds its buckets).
+DDP_COMM_MEM_VAR = "DDP_DISABLE_COMM_MEM"
+
+
+def _ddp_buckets_from_group() -> None:
+    """Lets DDP over smddp put its CPU buckets in the group's pool.
+
+    An smddp backend says it can allocate CPU tensors (supportsTensorAlloc),
+    and DDP's Reducer then takes its buckets from allocateTensor, but only
+    while DDP_DISABLE_COMM_MEM is "0" (torch's default is "1"). With the
+    buckets in the pools, DDP's own allreduce runs in place with nothing
+    staged. The variable is set, where it is unset, in a torch built
+    without CUDA only: there no other backend's DDP can be affected (with
+    CUDA, NCCL's DDP would take its buckets from NCCL's memory pool too).
+    Setting it to "1" keeps torch's buckets.
+    """
+    if DDP_COMM_MEM_VAR not in os.environ and not torch.backends.cuda.is_built():
+        os.environ[DDP_COMM_MEM_VAR] = "0"
 
 
 def is_registered() -> bool:
@@ -297,7 +320,12 @@ def allreduce_hook(process_group, bucket):
     DDP model's process group, or None for the default group) in place of
     DDP's built-in allreduce, with its result, the mean over the ranks (up
     to rounding where the world size is not a power of two: the sum is
-    divided, not each gradient). On a group whose backend is smddp, the
+    divided, not each gradient). Where DDP already takes its buckets from
+    the group (DDP_DISABLE_COMM_MEM=0, which creating an smddp group sets
+    in a torch without CUDA), DDP's own allreduce runs in the pools and this
+    hook adds nothing; it is for DDP with torch's buckets (a torch with
+    CUDA, DDP_DISABLE_COMM_MEM=1, or a torch without that variable). On a
+    group whose backend is smddp, the
     first time a CPU bucket comes, its memory moves into the rank's pool
     (``move_to_pool``), where the ranks of a node read and write each
     other's buckets in place (buckets above the one-shot size; smaller ones
