@@ -46,7 +46,7 @@ Outputs: a markdown table on stdout with both backends and the ratio
 (gloo time / smddp time), DIR/torch_bench.csv and DIR/torch_bench.png (busbw vs
 size, log-log; needs matplotlib). Then DDP on a communication-heavy model
 (~25M parameters: Linear(2048, 2048) layers, small batch) under smddp (as
-a script gets it: its buckets in smddp's pools where torch has no CUDA)
+a script gets it: its buckets in smddp's pools where torch has no CUDA or XPU)
 and gloo from the same seed, steps alternating between them, a third DDP
 over smddp with torch's buckets (DDP_DISABLE_COMM_MEM=1: staged), a fourth
 whose comm hook communicates nothing (the floor set by compute, the
@@ -457,8 +457,8 @@ def run_ddp(torch, dist, args, groups, ctl, rank):
     hooks = {"no comm": (no_comm, "gloo"), "one copy": (copy_once, "gloo"),
              POOLED_DDP: (smddp.allreduce_hook, "smddp")}
     # DDP takes its buckets from the group's allocateTensor (smddp's pools)
-    # while DDP_DISABLE_COMM_MEM is "0", which creating the smddp group set
-    # where torch has no CUDA; the Reducer reads it whenever it builds its
+    # unless DDP_DISABLE_COMM_MEM is "1"; creating the smddp group set it to "0"
+    # where torch has no CUDA or XPU; the Reducer reads it whenever it builds its
     # buckets (at construction and when it rebuilds them in step 2), so it is
     # set before each model's steps. The hook's DDP and STAGED_DDP keep
     # torch's buckets.

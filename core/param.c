@@ -64,6 +64,12 @@ static const param_row_t rows[] = {
      "address space per local rank for smddp_mem_alloc (torch: allocate_tensor), memory that "
      "local peers read and write in place; backed only as allocated; 0 turns it off",
      OFF(shm_pool), 0, NULL},
+    {"SMDDP_SHM_POOL_RESERVE_PCT", P_INT, "25",
+     "pool allocations that would leave less than this percentage of the shared-memory "
+     "filesystem (/dev/shm) free are refused, so that other users of it (data loader workers) "
+     "keep room; the tensor then stays in ordinary memory and is staged (0: only a full "
+     "/dev/shm refuses)",
+     OFF(shm_pool_reserve_pct), 0, NULL},
     {"SMDDP_STREAM_MIN", P_SIZE, "8388608",
      "collectives moving at least this many bytes write results with non-temporal stores",
      OFF(stream_min), 0, NULL},

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "../param.h"
@@ -326,6 +327,38 @@ void smddp__pool_abandon(smddp_comm_t comm)
     pthread_mutex_unlock(&pools_lock);
 }
 
+/*
+ * Backs `grow` more bytes of the pool's file, after pool->backed, unless that
+ * would leave less than SMDDP_SHM_POOL_RESERVE_PCT of the shared-memory
+ * filesystem free: the pool is an optimisation, and /dev/shm also carries
+ * other processes' data (a data loader's batches). Backed memory stays
+ * backed until the pool is gone. pools_lock held.
+ */
+static smddp_status_t back(struct smddp__pool *pool, size_t grow)
+{
+    int pct = SMDDP_MIN(SMDDP_MAX(smddp__params()->shm_pool_reserve_pct, 0), 100);
+    struct statvfs fs;
+    if (pct > 0 && fstatvfs(pool->fd, &fs) == 0) {
+        uint64_t total = (uint64_t)fs.f_blocks * fs.f_frsize;
+        uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+        uint64_t keep = total / 100 * (uint64_t)pct;
+        if (avail < grow || avail - grow < keep)
+            return smddp__error(SMDDP_ERR_NO_MEMORY,
+                                "backing %zu more bytes of the pool would leave %llu MiB of the "
+                                "%llu MiB shared-memory filesystem free, under its "
+                                "SMDDP_SHM_POOL_RESERVE_PCT=%d%% kept for others",
+                                grow, (unsigned long long)((avail < grow ? 0 : avail - grow) >> 20),
+                                (unsigned long long)(total >> 20), pct);
+    }
+    int e = posix_fallocate(pool->fd, (off_t)pool->backed, (off_t)grow);
+    if (e != 0)
+        return smddp__error(SMDDP_ERR_NO_MEMORY,
+                            "cannot back %zu bytes of the pool in shared memory: %s (is /dev/shm "
+                            "full?)",
+                            grow, strerror(e));
+    return SMDDP_OK;
+}
+
 smddp_status_t smddp__pool_alloc(smddp_comm_t comm, size_t bytes, void **out)
 {
     smddp__shm_t *s = comm->shm;
@@ -353,14 +386,11 @@ smddp_status_t smddp__pool_alloc(smddp_comm_t comm, size_t bytes, void **out)
     }
     size_t off = r->off;
     if (off + len > pool->backed) {
-        int e = posix_fallocate(pool->fd, (off_t)pool->backed, (off_t)(off + len - pool->backed));
-        if (e != 0) {
+        smddp_status_t st = back(pool, off + len - pool->backed);
+        if (st != SMDDP_OK) {
             pthread_mutex_unlock(&pools_lock);
             free(used);
-            return smddp__error(SMDDP_ERR_NO_MEMORY,
-                                "cannot back %zu bytes of the pool in shared memory: %s (is "
-                                "/dev/shm full?)",
-                                off + len - pool->backed, strerror(e));
+            return st;
         }
         pool->backed = off + len;
     }

@@ -78,7 +78,11 @@ def _unpack(data):
 def _rank_main(fn, rank, world, port, backend, group_timeout_s, queue, args, env):
     try:
         # "{rank}" in a value becomes this rank's number (per-rank host names).
-        os.environ.update({k: v.replace("{rank}", str(rank)) for k, v in (env or {}).items()})
+        for k, v in (env or {}).items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v.replace("{rank}", str(rank))
         torch.set_num_threads(1)  # 2 cores, up to 3 ranks
         import smddp  # noqa: F401  (registers the backend)
 
@@ -102,7 +106,8 @@ def run_ranks(fn, world, backend="smddp", args=(), group_timeout_s=GROUP_TIMEOUT
     """Runs fn(rank, world, *args) on world spawned ranks, `backend` the default group.
 
     expect: the ranks that must report (default: all); the others may die.
-    env: extra environment variables for the ranks ("{rank}" is replaced).
+    env: extra environment variables for the ranks ("{rank}" is replaced; None
+    unsets one).
     Fails when a rank raised, did not report its result, or did not get
     through destroy_process_group, all within `timeout` seconds in total.
     Returns (results, exitcodes).
@@ -292,12 +297,12 @@ def _train_pooled(group, rank, bucket_view, hook):
     return [p.detach().clone() for p in model.parameters()], losses, pooled
 
 
-def _ddp_builtin_pooled(rank, world):
+def _ddp_builtin_pooled(rank, world, bucket_view):
     """DDP's built-in allreduce, nothing changed in the script: smddp's group
     creation let DDP take its buckets from the group (allocateTensor)."""
 
     def train(group):
-        return _train_pooled(group, rank, True, False)
+        return _train_pooled(group, rank, bucket_view, False)
 
     gloo = dist.new_group(backend="gloo")
     params, losses, pooled = train(None)
@@ -308,16 +313,23 @@ def _ddp_builtin_pooled(rank, world):
             "grads_pooled": pooled, "gloo_grads_pooled": gloo_pooled}
 
 
-@pytest.mark.parametrize("world,env", [(2, None), (3, None), (3, FAKE_NODES),
-                                       (2, {"DDP_DISABLE_COMM_MEM": "1"})],
-                         ids=["2", "3", "3-fake-nodes", "2-torch-buckets"])
-def test_ddp_builtin_buckets_in_pools(world, env):
+@pytest.mark.parametrize("world,bucket_view,env",
+                         [(2, True, None), (3, True, None), (2, False, None),
+                          (3, True, FAKE_NODES), (2, True, {"DDP_DISABLE_COMM_MEM": "1"}),
+                          (2, True, {"SMDDP_SHM_POOL_RESERVE_PCT": "100"})],
+                         ids=["2", "3", "2-grads-apart", "3-fake-nodes", "2-torch-buckets",
+                              "2-shm-reserved"])
+def test_ddp_builtin_buckets_in_pools(world, bucket_view, env):
     """Where the user set DDP_DISABLE_COMM_MEM=1, torch's buckets are kept
-    (and staged); across nodes there are no pools. smddp sets the variable
-    only in a torch built without CUDA: with CUDA it stays unset, and DDP
-    keeps torch's buckets."""
-    results, _ = run_ranks(_ddp_builtin_pooled, world, timeout=120, env=env)
-    sets = not torch.backends.cuda.is_built()
+    (and staged); across nodes there are no pools; where the pool may not
+    take /dev/shm (all of it reserved for others), the buckets come from
+    ordinary memory and are staged. smddp sets the variable
+    only in a torch built without CUDA and XPU: otherwise it stays unset,
+    and DDP keeps torch's buckets."""
+    # Unset unless the case sets it: smddp must set it itself.
+    results, _ = run_ranks(_ddp_builtin_pooled, world, args=(bucket_view,), timeout=120,
+                           env={"DDP_DISABLE_COMM_MEM": None, **(env or {})})
+    sets = not torch.backends.cuda.is_built() and not torch.xpu._is_compiled()
     user = (env or {}).get("DDP_DISABLE_COMM_MEM")
     pooled = env is None and sets
     for r in range(world):
@@ -333,7 +345,8 @@ def test_ddp_builtin_buckets_in_pools(world, env):
                 res["algos"]
         else:
             assert "in pools" not in res["algos"] and res["algos"], res["algos"]
-        assert res["grads_pooled"] == pooled, res["grads_pooled"]
+        # The gradients are the buckets' views only with gradient_as_bucket_view.
+        assert res["grads_pooled"] == (pooled and bucket_view), res["grads_pooled"]
         # A gloo group allocates no tensors: its DDP keeps torch's buckets.
         assert not res["gloo_grads_pooled"]
     assert results[0]["losses"][-1] < results[0]["losses"][0]

@@ -1,5 +1,6 @@
 /*
- * Pools (smddp_mem_alloc): allocation, errors, lifetime, and ranks that
+ * Pools (smddp_mem_alloc): allocation, errors, lifetime, the share of /dev/shm
+ * they leave to others (SMDDP_SHM_POOL_RESERVE_PCT), and ranks that
  * disagree on the pool's size (no pools, creation goes on); and allreduce,
  * reduce to a root,
  * reduce-scatter and allgather on 2, 3 and 4 ranks with every buffer in a
@@ -95,6 +96,32 @@ static void test_abandon(void **state)
 {
     (void)state;
     run(2, abandon_rank, NULL);
+}
+
+/*
+ * SMDDP_SHM_POOL_RESERVE_PCT=100: backing any of the pool would leave less
+ * than all of /dev/shm free, so every allocation is refused, saying why; the
+ * communicator works on, staged.
+ */
+static void reserve_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size, (void)arg;
+    void *p;
+    H_CHECK(smddp_mem_alloc(comm, 4096, &p) == SMDDP_ERR_NO_MEMORY, "allocated into the reserve");
+    H_CHECK(strstr(smddp_get_last_error(NULL), "SMDDP_SHM_POOL_RESERVE_PCT=100%"), "message: %s",
+            smddp_get_last_error(NULL));
+    float x[1000];
+    for (int i = 0; i < 1000; i++) x[i] = (float)(rank + i);
+    H_OK(smddp_allreduce(comm, x, x, 1000, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL));
+    for (int i = 0; i < 1000; i++) H_CHECK(x[i] == (float)(1 + 2 * i), "element %d is %g", i, x[i]);
+}
+
+static void test_reserve(void **state)
+{
+    (void)state;
+    run(2, reserve_rank, "SMDDP_SHM_POOL_RESERVE_PCT=100");
+    /* 0: only a full /dev/shm refuses (alloc_rank allocates and frees). */
+    run(2, alloc_rank, "SMDDP_SHM_POOL_SIZE=1M SMDDP_SHM_POOL_RESERVE_PCT=0");
 }
 
 /* arg: what the allocation's error must say. */
@@ -298,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_alloc),
         cmocka_unit_test(test_off),
         cmocka_unit_test(test_abandon),
+        cmocka_unit_test(test_reserve),
         cmocka_unit_test(test_size_mismatch),
         cmocka_unit_test(test_all_pooled_2),
         cmocka_unit_test(test_all_pooled_3),

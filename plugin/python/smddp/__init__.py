@@ -75,11 +75,12 @@ def _ddp_buckets_from_group() -> None:
     while DDP_DISABLE_COMM_MEM is "0" (torch's default is "1"). With the
     buckets in the pools, DDP's own allreduce runs in place with nothing
     staged. The variable is set, where it is unset, in a torch built
-    without CUDA only: there no other backend's DDP can be affected (with
-    CUDA, NCCL's DDP would take its buckets from NCCL's memory pool too).
-    Setting it to "1" keeps torch's buckets.
+    without CUDA and XPU only: with them, NCCL's or XCCL's DDP could take
+    its buckets from that library's memory pool too. torch reads anything
+    but "1" as on; "1" keeps torch's buckets. Child processes inherit it.
     """
-    if DDP_COMM_MEM_VAR not in os.environ and not torch.backends.cuda.is_built():
+    if (DDP_COMM_MEM_VAR not in os.environ and not torch.backends.cuda.is_built()
+            and not torch.xpu._is_compiled()):
         os.environ[DDP_COMM_MEM_VAR] = "0"
 
 
@@ -322,9 +323,9 @@ def allreduce_hook(process_group, bucket):
     to rounding where the world size is not a power of two: the sum is
     divided, not each gradient). Where DDP already takes its buckets from
     the group (DDP_DISABLE_COMM_MEM=0, which creating an smddp group sets
-    in a torch without CUDA), DDP's own allreduce runs in the pools and this
-    hook adds nothing; it is for DDP with torch's buckets (a torch with
-    CUDA, DDP_DISABLE_COMM_MEM=1, or a torch without that variable). On a
+    in a torch without CUDA or XPU), DDP's own allreduce runs in the pools
+    and this hook adds nothing; it is for DDP with torch's buckets (a torch
+    with CUDA, DDP_DISABLE_COMM_MEM=1, or a torch without that variable). On a
     group whose backend is smddp, the
     first time a CPU bucket comes, its memory moves into the rank's pool
     (``move_to_pool``), where the ranks of a node read and write each
