@@ -172,16 +172,20 @@ def _batch(step, rank):
     return torch.randn(16, 32, generator=g), torch.randn(16, 8, generator=g)
 
 
-def _train_ddp(group, rank, steps, kill_rank=None, kill_after=None):
+def _train_ddp(group, rank, steps, kill_rank=None, kill_after=None, pooled=False):
     """Trains a DDP model over `group`; returns (params, losses).
 
     kill_rank SIGKILLs itself after kill_after steps (1 s into the next one, so
     that the others are already waiting for it); the others note the
-    time at which their last step completed in _LAST_STEP_DONE.
+    time at which their last step completed in _LAST_STEP_DONE. pooled:
+    _pooled_model, whose buckets are allreduced two-shot in the pools.
     """
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    model = DDP(_make_model(), process_group=group)
+    if pooled:
+        model = DDP(_pooled_model(), process_group=group, bucket_cap_mb=0.25)
+    else:
+        model = DDP(_make_model(), process_group=group)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     losses = []
     for step in range(steps):
@@ -518,14 +522,15 @@ def test_fsdp2_smddp_matches_gloo():
 # ---- 3. failures --------------------------------------------------------------------
 
 
-def _killed_mid_training(rank, world, kill_rank, kill_after):
+def _killed_mid_training(rank, world, kill_rank, kill_after, pooled):
     """kill_rank dies after kill_after DDP steps; the others must raise."""
     try:
-        _train_ddp(None, rank, STEPS, kill_rank=kill_rank, kill_after=kill_after)
+        _train_ddp(None, rank, STEPS, kill_rank=kill_rank, kill_after=kill_after, pooled=pooled)
         return {"raised": None}
     except RuntimeError as err:
         raised_after = time.monotonic() - _LAST_STEP_DONE[0]
         msg = f"{type(err).__name__}: {err}"
+    algos = _trace_algos(rank, "killed")
     # (c) the group is aborted: the next collective raises at once.
     start = time.monotonic()
     try:
@@ -533,17 +538,21 @@ def _killed_mid_training(rank, world, kill_rank, kill_after):
         after = None
     except RuntimeError as err:
         after = f"{type(err).__name__}: {err}"
-    return {"raised": msg, "raised_after": raised_after,
+    return {"raised": msg, "raised_after": raised_after, "algos": algos,
             "next": after, "next_after": time.monotonic() - start}
 
 
-@pytest.mark.parametrize("world,kill_rank", [(2, 1), (3, 1), (3, 0)])
-def test_rank_killed_mid_training_raises_naming_it(world, kill_rank):
-    # kill_rank 0 also takes torch's TCPStore (hosted by rank 0) down with it.
+@pytest.mark.parametrize("world,kill_rank,pooled", [(2, 1, False), (3, 1, False), (3, 0, False),
+                                                    (3, 2, True)],
+                         ids=["2-1", "3-1", "3-0", "3-2-in-pools"])
+def test_rank_killed_mid_training_raises_naming_it(world, kill_rank, pooled):
+    """kill_rank 0 also takes torch's TCPStore (hosted by rank 0) down with
+    it. In pools, the peers read and write the dead rank's buckets in place."""
     kill_after = 3
     survivors = [r for r in range(world) if r != kill_rank]
     start = time.monotonic()
-    results, exitcodes = run_ranks(_killed_mid_training, world, args=(kill_rank, kill_after),
+    results, exitcodes = run_ranks(_killed_mid_training, world,
+                                   args=(kill_rank, kill_after, pooled),
                                    group_timeout_s=FAIL_TIMEOUT_S, expect=survivors,
                                    timeout=FAIL_TIMEOUT_S + 25)
     assert exitcodes[kill_rank] == -signal.SIGKILL, exitcodes
@@ -557,6 +566,7 @@ def test_rank_killed_mid_training_raises_naming_it(world, kill_rank):
         assert res["raised_after"] < FAIL_TIMEOUT_S + 2, (r, res["raised_after"], res["raised"])
         assert res["next"] is not None, f"rank {r}: a collective after the failure succeeded"
         assert res["next_after"] < 2, (r, res["next_after"], res["next"])
+        assert ("in pools" in res["algos"]) == pooled, res["algos"]
     assert time.monotonic() - start < FAIL_TIMEOUT_S + 25
 
 
