@@ -70,6 +70,11 @@ static const param_row_t rows[] = {
      "keep room; the tensor then stays in ordinary memory and is staged (0: only a full "
      "/dev/shm refuses)",
      OFF(shm_pool_reserve_pct), 0, NULL},
+    {"SMDDP_SHM_POOL_RELEASE_MS", P_INT, "5000",
+     "pool memory freed and left unused this many ms is given back to /dev/shm at the next "
+     "collective that uses the pool (until then a new allocation reuses it backed); 0: at once, "
+     "when freed",
+     OFF(shm_pool_release_ms), 0, NULL},
     {"SMDDP_STREAM_MIN", P_SIZE, "8388608",
      "collectives moving at least this many bytes write results with non-temporal stores",
      OFF(stream_min), 0, NULL},

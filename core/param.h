@@ -36,6 +36,7 @@ typedef struct smddp__params {
     int64_t shm_buffer;         /* SMDDP_SHM_BUFFER_SIZE bytes per rank */
     int64_t shm_pool;           /* SMDDP_SHM_POOL_SIZE bytes per rank (0: no pool) */
     int shm_pool_reserve_pct;   /* SMDDP_SHM_POOL_RESERVE_PCT: % of /dev/shm pools leave free */
+    int shm_pool_release_ms;    /* SMDDP_SHM_POOL_RELEASE_MS: idle freed pool memory given back */
     int64_t stream_min;         /* SMDDP_STREAM_MIN: results this large bypass the caches */
     int64_t p2p_buffer;         /* SMDDP_P2P_BUFFER_SIZE bytes per rank pair */
     int64_t p2p_set_aside_max;  /* SMDDP_P2P_SET_ASIDE_MAX bytes */

@@ -7,7 +7,12 @@
  * every peer's, and the names go after a second one.
  * smddp_mem_alloc hands out ranges of this rank's pool, backing each with
  * fallocate first, so that a full /dev/shm is an allocation error and never
- * a SIGBUS later.
+ * a SIGBUS later, and refusing to take /dev/shm below
+ * SMDDP_SHM_POOL_RESERVE_PCT free. A freed range stays backed, ready for the
+ * next allocation, until it has been idle SMDDP_SHM_POOL_RELEASE_MS; then
+ * the next collective that publishes into the pool gives its memory back
+ * (FALLOC_FL_PUNCH_HOLE), so memory freed once for good (DDP's first
+ * buckets, rebuilt after its first step) does not stay taken.
  *
  * A collective whose buffers lie in pools says so before its first post: the
  * pool record in its metadata slot holds the offsets of its input and output
@@ -41,6 +46,10 @@
 
 typedef struct range {
     size_t off, len;
+    /* Free ranges only: */
+    bool backed;     /* every page of it is backed: an allocation need not back it */
+    bool released;   /* nothing of it is backed: nothing to give back */
+    int64_t free_ns; /* when it was last freed (smddp__now_ns) */
     struct range *next;
 } range_t;
 
@@ -48,11 +57,12 @@ struct smddp__pool {
     char *base;
     size_t size;
     int fd;
-    size_t backed; /* [0, backed) is allocated in the file */
     range_t *free_list; /* sorted by offset, coalesced */
     range_t *used;
     int refs; /* the communicator's, and one per live allocation */
     bool abandoned; /* an op on it failed: freed ranges are not handed out again */
+    /* The earliest time a free range is due to be given back (INT64_MAX: none). */
+    _Atomic int64_t release_at_ns;
     struct smddp__pool *next;
 };
 
@@ -128,7 +138,9 @@ static smddp_status_t create_own(smddp__shm_t *s, size_t size)
     SMDDP_CHECK_GOTO(map_file(pool->fd, size, s->pool_name, &pool->base), st, fail);
     pool->size = size;
     all->len = size;
+    all->released = true;
     pool->free_list = all;
+    atomic_init(&pool->release_at_ns, INT64_MAX);
     pool->refs = 1;
     pthread_mutex_lock(&pools_lock);
     pool->next = pools;
@@ -328,13 +340,13 @@ void smddp__pool_abandon(smddp_comm_t comm)
 }
 
 /*
- * Backs `grow` more bytes of the pool's file, after pool->backed, unless that
- * would leave less than SMDDP_SHM_POOL_RESERVE_PCT of the shared-memory
- * filesystem free: the pool is an optimisation, and /dev/shm also carries
- * other processes' data (a data loader's batches). Backed memory stays
- * backed until the pool is gone. pools_lock held.
+ * Backs [off, off + len) of the pool's file, unless that could leave less
+ * than SMDDP_SHM_POOL_RESERVE_PCT of the shared-memory filesystem free: the
+ * pool is an optimisation, and /dev/shm also carries other processes' data
+ * (a data loader's batches). Part of the range may be backed already; the
+ * check counts all of it. pools_lock held.
  */
-static smddp_status_t back(struct smddp__pool *pool, size_t grow)
+static smddp_status_t back(struct smddp__pool *pool, size_t off, size_t len)
 {
     int pct = SMDDP_MIN(SMDDP_MAX(smddp__params()->shm_pool_reserve_pct, 0), 100);
     struct statvfs fs;
@@ -342,21 +354,41 @@ static smddp_status_t back(struct smddp__pool *pool, size_t grow)
         uint64_t total = (uint64_t)fs.f_blocks * fs.f_frsize;
         uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
         uint64_t keep = total / 100 * (uint64_t)pct;
-        if (avail < grow || avail - grow < keep)
+        if (avail < len || avail - len < keep)
             return smddp__error(SMDDP_ERR_NO_MEMORY,
                                 "backing %zu more bytes of the pool would leave %llu MiB of the "
                                 "%llu MiB shared-memory filesystem free, under its "
                                 "SMDDP_SHM_POOL_RESERVE_PCT=%d%% kept for others",
-                                grow, (unsigned long long)((avail < grow ? 0 : avail - grow) >> 20),
+                                len, (unsigned long long)((avail < len ? 0 : avail - len) >> 20),
                                 (unsigned long long)(total >> 20), pct);
     }
-    int e = posix_fallocate(pool->fd, (off_t)pool->backed, (off_t)grow);
+    int e = posix_fallocate(pool->fd, (off_t)off, (off_t)len);
     if (e != 0)
         return smddp__error(SMDDP_ERR_NO_MEMORY,
                             "cannot back %zu bytes of the pool in shared memory: %s (is /dev/shm "
                             "full?)",
-                            grow, strerror(e));
+                            len, strerror(e));
     return SMDDP_OK;
+}
+
+/* Gives back free ranges idle since release_at_ns or earlier, and schedules the next. pools_lock held. */
+static void release_idle(struct smddp__pool *pool, int64_t now_ns)
+{
+    int64_t idle_ns = (int64_t)smddp__params()->shm_pool_release_ms * 1000000LL;
+    int64_t next = INT64_MAX;
+    for (range_t *r = pool->free_list; r; r = r->next) {
+        if (r->released) continue;
+        if (r->free_ns + idle_ns > now_ns) {
+            next = SMDDP_MIN(next, r->free_ns + idle_ns);
+            continue;
+        }
+        /* Failing (a filesystem without holes), the range just stays backed. */
+        if (fallocate(pool->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)r->off,
+                      (off_t)r->len) == 0)
+            r->backed = false;
+        r->released = true;
+    }
+    atomic_store_explicit(&pool->release_at_ns, next, memory_order_relaxed);
 }
 
 smddp_status_t smddp__pool_alloc(smddp_comm_t comm, size_t bytes, void **out)
@@ -385,14 +417,13 @@ smddp_status_t smddp__pool_alloc(smddp_comm_t comm, size_t bytes, void **out)
                             len, pool->size);
     }
     size_t off = r->off;
-    if (off + len > pool->backed) {
-        smddp_status_t st = back(pool, off + len - pool->backed);
+    if (!r->backed) {
+        smddp_status_t st = back(pool, off, len);
         if (st != SMDDP_OK) {
             pthread_mutex_unlock(&pools_lock);
             free(used);
             return st;
         }
-        pool->backed = off + len;
     }
     if (r->len == len) {
         *pp = r->next;
@@ -409,6 +440,18 @@ smddp_status_t smddp__pool_alloc(smddp_comm_t comm, size_t bytes, void **out)
     pthread_mutex_unlock(&pools_lock);
     *out = pool->base + off;
     return SMDDP_OK;
+}
+
+/* Merges r's successor into r: backed and released only if both were, freed at the later time. */
+static void merge_next(range_t *r)
+{
+    range_t *n = r->next;
+    r->len += n->len;
+    r->backed = r->backed && n->backed;
+    r->released = r->released && n->released;
+    r->free_ns = SMDDP_MAX(r->free_ns, n->free_ns);
+    r->next = n->next;
+    free(n);
 }
 
 smddp_status_t smddp__pool_free(void *ptr)
@@ -430,21 +473,22 @@ smddp_status_t smddp__pool_free(void *ptr)
             return SMDDP_OK;
         }
         /* Back into the free list, merged with its neighbours. */
+        int64_t idle_ns = (int64_t)smddp__params()->shm_pool_release_ms * 1000000LL;
+        r->backed = true;
+        r->released = false;
+        r->free_ns = smddp__now_ns();
+        int64_t due = r->free_ns + idle_ns;
         range_t **pp = &pool->free_list, *prev = NULL;
         while (*pp && (*pp)->off < r->off) prev = *pp, pp = &(*pp)->next;
         r->next = *pp;
         *pp = r;
-        if (r->next && r->off + r->len == r->next->off) {
-            range_t *n = r->next;
-            r->len += n->len;
-            r->next = n->next;
-            free(n);
-        }
-        if (prev && prev->off + prev->len == r->off) {
-            prev->len += r->len;
-            prev->next = r->next;
-            free(r);
-        }
+        if (r->next && r->off + r->len == r->next->off) merge_next(r);
+        if (prev && prev->off + prev->len == r->off) merge_next(prev);
+        /* (r may have been merged into prev and freed.) */
+        if (idle_ns <= 0)
+            release_idle(pool, INT64_MAX); /* at once */
+        else if (due < atomic_load_explicit(&pool->release_at_ns, memory_order_relaxed))
+            atomic_store_explicit(&pool->release_at_ns, due, memory_order_relaxed);
         pool_release(pool);
         pthread_mutex_unlock(&pools_lock);
         return SMDDP_OK;
@@ -481,6 +525,13 @@ static pool_record_t *record(smddp_comm_t comm, int lr, uint64_t seq)
 void smddp__pool_publish(smddp_comm_t comm, const smddp__op_t *op, uint64_t in_ref,
                          uint64_t out_ref)
 {
+    struct smddp__pool *pool = comm->shm->pool;
+    if (pool && op->started_ns &&
+        op->started_ns >= atomic_load_explicit(&pool->release_at_ns, memory_order_relaxed)) {
+        pthread_mutex_lock(&pools_lock);
+        release_idle(pool, op->started_ns);
+        pthread_mutex_unlock(&pools_lock);
+    }
     pool_record_t *r = record(comm, comm->local_rank, op->seq);
     atomic_store_explicit(&r->tag, RECORD_WRITING, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);

@@ -1,6 +1,7 @@
 /*
  * Pools (smddp_mem_alloc): allocation, errors, lifetime, the share of /dev/shm
- * they leave to others (SMDDP_SHM_POOL_RESERVE_PCT), and ranks that
+ * they leave to others (SMDDP_SHM_POOL_RESERVE_PCT), freed memory given back
+ * (SMDDP_SHM_POOL_RELEASE_MS), and ranks that
  * disagree on the pool's size (no pools, creation goes on); and allreduce,
  * reduce to a root,
  * reduce-scatter and allgather on 2, 3 and 4 ranks with every buffer in a
@@ -9,6 +10,7 @@
  * is staged), and with none, in place and out of place, from one element to
  * many staging rounds.
  */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -122,6 +125,72 @@ static void test_reserve(void **state)
     run(2, reserve_rank, "SMDDP_SHM_POOL_RESERVE_PCT=100");
     /* 0: only a full /dev/shm refuses (alloc_rank allocates and frees). */
     run(2, alloc_rank, "SMDDP_SHM_POOL_SIZE=1M SMDDP_SHM_POOL_RESERVE_PCT=0");
+}
+
+/* Bytes of this rank's pool backed in /dev/shm: its file is the one open here of `size` bytes. */
+static size_t pool_backed(size_t size)
+{
+    DIR *d = opendir("/proc/self/fd");
+    size_t backed = SIZE_MAX;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char path[300], link[256];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(path, link, sizeof(link) - 1);
+        struct stat sb;
+        if (n <= 9 || strncmp(link, "/dev/shm/", 9) != 0 || fstat(atoi(e->d_name), &sb) != 0)
+            continue;
+        if ((size_t)sb.st_size == size) backed = (size_t)sb.st_blocks * 512;
+    }
+    if (d) closedir(d);
+    return backed;
+}
+
+/*
+ * Freed pool memory goes back to /dev/shm: at once (arg "now",
+ * SMDDP_SHM_POOL_RELEASE_MS=0), or (arg "idle") not before a collective
+ * runs after it was idle SMDDP_SHM_POOL_RELEASE_MS. Reallocated, it is
+ * backed again (reads zeros).
+ */
+static void release_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)size;
+    bool now = !strcmp((const char *)arg, "now");
+    const size_t pool = 64u << 20, mib4 = 4u << 20;
+    void *a;
+    H_CHECK(pool_backed(pool) < mib4, "the pool is backed before any allocation: %zu",
+            pool_backed(pool));
+    H_OK(smddp_mem_alloc(comm, mib4, &a));
+    memset(a, 1, mib4);
+    H_CHECK(pool_backed(pool) >= mib4 && pool_backed(pool) != SIZE_MAX, "not backed: %zu",
+            pool_backed(pool));
+    H_OK(smddp_mem_free(a));
+    float x[16];
+    for (int i = 0; i < 16; i++) x[i] = (float)rank;
+    if (!now) {
+        /* Kept for reuse until idle long enough and a collective comes. */
+        H_CHECK(pool_backed(pool) >= mib4, "given back before idle: %zu", pool_backed(pool));
+        H_OK(smddp_allreduce(comm, x, x, 16, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL));
+        H_CHECK(pool_backed(pool) >= mib4, "given back before idle: %zu", pool_backed(pool));
+        usleep(400 * 1000);
+        H_OK(smddp_allreduce(comm, x, x, 16, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL));
+    }
+    H_CHECK(pool_backed(pool) < mib4, "not given back: %zu bytes backed", pool_backed(pool));
+    H_OK(smddp_mem_alloc(comm, mib4, &a));
+    H_CHECK(pool_backed(pool) >= mib4, "not backed again: %zu", pool_backed(pool));
+    for (size_t i = 0; i < mib4; i += 4096) H_CHECK(((char *)a)[i] == 0, "byte %zu kept", i);
+    memset(a, 2, mib4);
+    H_OK(smddp_mem_free(a));
+}
+
+static void test_release(void **state)
+{
+    (void)state;
+    harness_opts_t opts = {.env = "SMDDP_SHM_POOL_SIZE=64M SMDDP_SHM_POOL_RELEASE_MS=0",
+                           .timeout_s = 120};
+    assert_int_equal(harness_run(2, release_rank, "now", &opts), 0);
+    opts.env = "SMDDP_SHM_POOL_SIZE=64M SMDDP_SHM_POOL_RELEASE_MS=200";
+    assert_int_equal(harness_run(2, release_rank, "idle", &opts), 0);
 }
 
 /* arg: what the allocation's error must say. */
@@ -326,6 +395,7 @@ int main(void)
         cmocka_unit_test(test_off),
         cmocka_unit_test(test_abandon),
         cmocka_unit_test(test_reserve),
+        cmocka_unit_test(test_release),
         cmocka_unit_test(test_size_mismatch),
         cmocka_unit_test(test_all_pooled_2),
         cmocka_unit_test(test_all_pooled_3),
