@@ -8,6 +8,9 @@
   gloo, runs every step "in pools" and leaves the gradients in the pool; with
   ``DDP_DISABLE_COMM_MEM=1`` set by the user, or across (fake) nodes, the
   buckets are torch's and staged;
+- DDP's ``join()`` with uneven inputs (rank r: 4 + 2r batches) on 2 and 3
+  ranks equals gloo's: pooled buckets of the ranks still training meet the
+  joined ranks' zero buffers in ordinary memory;
 - DDP with ``smddp.allreduce_hook`` and torch's buckets (moved into smddp's
   pools by the hook) on 2 and 3 ranks, with and without
   ``gradient_as_bucket_view``, equals DDP on gloo; the flight recorder shows every step's allreduce ran "in pools";
@@ -354,6 +357,42 @@ def test_ddp_builtin_buckets_in_pools(world, bucket_view, env):
         # A gloo group allocates no tensors: its DDP keeps torch's buckets.
         assert not res["gloo_grads_pooled"]
     assert results[0]["losses"][-1] < results[0]["losses"][0]
+
+
+def _ddp_uneven(rank, world):
+    """DDP's join() for uneven inputs: rank r has 4 + 2r batches. Ranks that
+    ran out shadow the others' allreduces with zero buffers of their own
+    (torch's memory) while the others' buckets lie in the pools."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def train(group):
+        model = _pooled_model()
+        ddp = DDP(model, process_group=group, bucket_cap_mb=0.25)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+        with ddp.join():
+            for step in range(4 + 2 * rank):
+                x, y = _batch(step, rank)
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(ddp(x), y).backward()
+                opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    gloo = dist.new_group(backend="gloo")
+    params = train(None)
+    algos = _trace_algos(rank, "uneven")
+    return {"params": params, "gloo": train(gloo), "algos": algos}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ddp_join_uneven_inputs(world):
+    results, _ = run_ranks(_ddp_uneven, world, timeout=120)
+    for r in range(world):
+        res = results[r]
+        _assert_params_close(res["params"], res["gloo"], f"rank {r}: smddp vs gloo")
+        _assert_params_close(res["params"], results[0]["params"], f"rank {r} vs rank 0",
+                             exact=True)
+        # Steps where every rank trains run in the pools; the shadowed ones do not.
+        assert res["algos"].get("in pools", 0) >= 4 and len(res["algos"]) > 1, res["algos"]
 
 
 def _ddp_hooked(rank, world, bucket_view):
