@@ -47,8 +47,7 @@
 typedef struct range {
     size_t off, len;
     /* Free ranges only: */
-    bool backed;     /* every page of it is backed: an allocation need not back it */
-    bool released;   /* nothing of it is backed: nothing to give back */
+    bool released;   /* given back since it was freed (or never backed): nothing to give back */
     int64_t free_ns; /* when it was last freed (smddp__now_ns) */
     struct range *next;
 } range_t;
@@ -59,6 +58,7 @@ struct smddp__pool {
     int fd;
     range_t *free_list; /* sorted by offset, coalesced */
     range_t *used;
+    range_t *holes; /* the parts of the file not backed: sorted by offset, coalesced */
     int refs; /* the communicator's, and one per live allocation */
     bool abandoned; /* an op on it failed: freed ranges are not handed out again */
     /* The earliest time a free range is due to be given back (INT64_MAX: none). */
@@ -94,6 +94,7 @@ static void pool_release(struct smddp__pool *pool)
     close(pool->fd);
     for (range_t *r = pool->free_list, *n; r; r = n) n = r->next, free(r);
     for (range_t *r = pool->used, *n; r; r = n) n = r->next, free(r);
+    for (range_t *r = pool->holes, *n; r; r = n) n = r->next, free(r);
     free(pool);
 }
 
@@ -112,11 +113,12 @@ static smddp_status_t map_file(int fd, size_t size, const char *name, char **out
 static smddp_status_t create_own(smddp__shm_t *s, size_t size)
 {
     struct smddp__pool *pool = calloc(1, sizeof(*pool));
-    range_t *all = calloc(1, sizeof(*all));
+    range_t *all = calloc(1, sizeof(*all)), *hole = calloc(1, sizeof(*hole));
     smddp_status_t st = SMDDP_OK;
-    if (!pool || !all) {
+    if (!pool || !all || !hole) {
         free(pool);
         free(all);
+        free(hole);
         return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate a pool");
     }
     pool->fd = -1;
@@ -140,6 +142,8 @@ static smddp_status_t create_own(smddp__shm_t *s, size_t size)
     all->len = size;
     all->released = true;
     pool->free_list = all;
+    hole->len = size;
+    pool->holes = hole;
     atomic_init(&pool->release_at_ns, INT64_MAX);
     pool->refs = 1;
     pthread_mutex_lock(&pools_lock);
@@ -153,6 +157,7 @@ fail:
     if (pool->fd >= 0) close(pool->fd);
     free(pool);
     free(all);
+    free(hole);
     return st;
 }
 
@@ -340,34 +345,111 @@ void smddp__pool_abandon(smddp_comm_t comm)
 }
 
 /*
- * Backs [off, off + len) of the pool's file, unless that could leave less
- * than SMDDP_SHM_POOL_RESERVE_PCT of the shared-memory filesystem free: the
- * pool is an optimisation, and /dev/shm also carries other processes' data
- * (a data loader's batches). Part of the range may be backed already; the
- * check counts all of it. pools_lock held.
+ * Adds [off, off + len) to the holes, merged with those it overlaps or
+ * touches; false (nothing changed) when out of memory. Recorded before it is
+ * punched: a backed range taken for a hole is only backed again, but a hole
+ * taken for backed memory would be written unbacked (SIGBUS on a full
+ * /dev/shm).
+ */
+static bool holes_add(struct smddp__pool *pool, size_t off, size_t len)
+{
+    range_t *h = malloc(sizeof(*h));
+    if (!h) return false;
+    size_t end = off + len;
+    range_t **hp = &pool->holes;
+    while (*hp && (*hp)->off + (*hp)->len < off) hp = &(*hp)->next;
+    /* Every hole from *hp that starts at or before end joins [off, end). */
+    while (*hp && (*hp)->off <= end) {
+        range_t *o = *hp;
+        off = SMDDP_MIN(off, o->off);
+        end = SMDDP_MAX(end, o->off + o->len);
+        *hp = o->next;
+        free(o);
+    }
+    h->off = off;
+    h->len = end - off;
+    h->next = *hp;
+    *hp = h;
+    return true;
+}
+
+/* Bytes of the holes within [off, end). */
+static size_t holes_within(const struct smddp__pool *pool, size_t off, size_t end)
+{
+    size_t n = 0;
+    for (const range_t *h = pool->holes; h && h->off < end; h = h->next)
+        if (h->off + h->len > off) n += SMDDP_MIN(end, h->off + h->len) - SMDDP_MAX(off, h->off);
+    return n;
+}
+
+/*
+ * Backs the holes within [off, off + len) of the pool's file, unless that
+ * would leave less than SMDDP_SHM_POOL_RESERVE_PCT of the shared-memory
+ * filesystem free: the pool is an optimisation, and /dev/shm also carries
+ * other processes' data (a data loader's batches). Only holes are backed:
+ * fallocate over backed pages costs about a millisecond per 25 MiB, which
+ * buffers reallocated every step (FSDP2's) would pay each time. pools_lock
+ * held.
  */
 static smddp_status_t back(struct smddp__pool *pool, size_t off, size_t len)
 {
+    size_t end = off + len, grow = holes_within(pool, off, end);
+    if (grow == 0) return SMDDP_OK;
     int pct = SMDDP_MIN(SMDDP_MAX(smddp__params()->shm_pool_reserve_pct, 0), 100);
     struct statvfs fs;
     if (pct > 0 && fstatvfs(pool->fd, &fs) == 0) {
         uint64_t total = (uint64_t)fs.f_blocks * fs.f_frsize;
         uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
         uint64_t keep = total / 100 * (uint64_t)pct;
-        if (avail < len || avail - len < keep)
+        if (avail < grow || avail - grow < keep)
             return smddp__error(SMDDP_ERR_NO_MEMORY,
                                 "backing %zu more bytes of the pool would leave %llu MiB of the "
                                 "%llu MiB shared-memory filesystem free, under its "
                                 "SMDDP_SHM_POOL_RESERVE_PCT=%d%% kept for others",
-                                len, (unsigned long long)((avail < len ? 0 : avail - len) >> 20),
+                                grow, (unsigned long long)((avail < grow ? 0 : avail - grow) >> 20),
                                 (unsigned long long)(total >> 20), pct);
     }
-    int e = posix_fallocate(pool->fd, (off_t)off, (off_t)len);
-    if (e != 0)
-        return smddp__error(SMDDP_ERR_NO_MEMORY,
-                            "cannot back %zu bytes of the pool in shared memory: %s (is /dev/shm "
-                            "full?)",
-                            len, strerror(e));
+    /* Back each hole's part, then cut it out of the list (a hole may split in two). */
+    for (range_t **hp = &pool->holes; *hp && (*hp)->off < end;) {
+        range_t *h = *hp;
+        size_t h_end = h->off + h->len;
+        if (h_end <= off) {
+            hp = &h->next;
+            continue;
+        }
+        size_t a = SMDDP_MAX(off, h->off), b = SMDDP_MIN(end, h_end);
+        int e = posix_fallocate(pool->fd, (off_t)a, (off_t)(b - a));
+        if (e != 0) {
+            /* The range is free: give back what this call backed, and all of it is a hole again. */
+            if (holes_add(pool, off, len))
+                (void)fallocate(pool->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+                                (off_t)len);
+            return smddp__error(SMDDP_ERR_NO_MEMORY,
+                                "cannot back %zu bytes of the pool in shared memory: %s (is "
+                                "/dev/shm full?)",
+                                b - a, strerror(e));
+        }
+        if (a > h->off && b < h_end) { /* [h->off, a) stays, [b, h_end) a new hole after it */
+            range_t *tail = malloc(sizeof(*tail));
+            if (!tail) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate a pool range");
+            tail->off = b;
+            tail->len = h_end - b;
+            tail->next = h->next;
+            h->len = a - h->off;
+            h->next = tail;
+            hp = &tail->next;
+        } else if (a > h->off) { /* the hole's head stays */
+            h->len = a - h->off;
+            hp = &h->next;
+        } else if (b < h_end) { /* its tail stays */
+            h->off = b;
+            h->len = h_end - b;
+            hp = &h->next;
+        } else { /* all of it is backed now */
+            *hp = h->next;
+            free(h);
+        }
+    }
     return SMDDP_OK;
 }
 
@@ -382,10 +464,10 @@ static void release_idle(struct smddp__pool *pool, int64_t now_ns)
             next = SMDDP_MIN(next, r->free_ns + idle_ns);
             continue;
         }
-        /* Failing (a filesystem without holes), the range just stays backed. */
-        if (fallocate(pool->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)r->off,
-                      (off_t)r->len) == 0)
-            r->backed = false;
+        /* Where punching fails (a filesystem without holes), the range stays backed. */
+        if (holes_add(pool, r->off, r->len))
+            (void)fallocate(pool->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)r->off,
+                            (off_t)r->len);
         r->released = true;
     }
     atomic_store_explicit(&pool->release_at_ns, next, memory_order_relaxed);
@@ -417,7 +499,7 @@ smddp_status_t smddp__pool_alloc(smddp_comm_t comm, size_t bytes, void **out)
                             len, pool->size);
     }
     size_t off = r->off;
-    if (!r->backed) {
+    if (pool->holes) {
         smddp_status_t st = back(pool, off, len);
         if (st != SMDDP_OK) {
             pthread_mutex_unlock(&pools_lock);
@@ -442,12 +524,11 @@ smddp_status_t smddp__pool_alloc(smddp_comm_t comm, size_t bytes, void **out)
     return SMDDP_OK;
 }
 
-/* Merges r's successor into r: backed and released only if both were, freed at the later time. */
+/* Merges r's successor into r: released only if both were, freed at the later time. */
 static void merge_next(range_t *r)
 {
     range_t *n = r->next;
     r->len += n->len;
-    r->backed = r->backed && n->backed;
     r->released = r->released && n->released;
     r->free_ns = SMDDP_MAX(r->free_ns, n->free_ns);
     r->next = n->next;
@@ -474,7 +555,6 @@ smddp_status_t smddp__pool_free(void *ptr)
         }
         /* Back into the free list, merged with its neighbours. */
         int64_t idle_ns = (int64_t)smddp__params()->shm_pool_release_ms * 1000000LL;
-        r->backed = true;
         r->released = false;
         r->free_ns = smddp__now_ns();
         int64_t due = r->free_ns + idle_ns;

@@ -181,6 +181,28 @@ static void release_rank(smddp_comm_t comm, int rank, int size, void *arg)
     for (size_t i = 0; i < mib4; i += 4096) H_CHECK(((char *)a)[i] == 0, "byte %zu kept", i);
     memset(a, 2, mib4);
     H_OK(smddp_mem_free(a));
+    if (!now) return;
+    /* Whatever is allocated is backed at once, across holes split and merged. */
+    void *b, *c, *d;
+    const size_t mib = 1u << 20;
+    H_OK(smddp_mem_alloc(comm, 4 * mib, &a));
+    H_OK(smddp_mem_alloc(comm, 4 * mib, &b));
+    H_OK(smddp_mem_free(a));
+    H_OK(smddp_mem_alloc(comm, 2 * mib, &c)); /* in a's hole */
+    H_CHECK(pool_backed(pool) >= 6 * mib, "%zu backed for 6 MiB allocated", pool_backed(pool));
+    H_OK(smddp_mem_alloc(comm, 3 * mib, &d)); /* after b */
+    H_CHECK(pool_backed(pool) >= 9 * mib, "%zu backed for 9 MiB allocated", pool_backed(pool));
+    H_OK(smddp_mem_free(b));
+    H_OK(smddp_mem_alloc(comm, 5 * mib, &a)); /* over b's hole and the rest of a's */
+    H_CHECK(pool_backed(pool) >= 10 * mib, "%zu backed for 10 MiB allocated", pool_backed(pool));
+    memset(a, 3, 5 * mib);
+    memset(c, 3, 2 * mib);
+    memset(d, 3, 3 * mib);
+    H_CHECK(pool_backed(pool) <= 11 * mib, "%zu backed for 10 MiB allocated", pool_backed(pool));
+    H_OK(smddp_mem_free(a));
+    H_OK(smddp_mem_free(c));
+    H_OK(smddp_mem_free(d));
+    H_CHECK(pool_backed(pool) < mib, "not given back: %zu", pool_backed(pool));
 }
 
 static void test_release(void **state)
