@@ -54,6 +54,13 @@ struct smddp_comm {
                                     * this rank worked in shared memory */
     char prefix[256];
     _Atomic int64_t timeout_ms; /* read when an op starts; smddp_comm_set_timeout changes it */
+    /*
+     * Byte counts of one-shot-sized allreduces whose last run found every
+     * rank's buffer in place in its pool (coll/allreduce.c): the next of
+     * that size runs two-shot, in the pools. Every rank reaches the same
+     * verdicts from the same published records, so all choose alike.
+     */
+    size_t allreduce_pooled[4];
 
     smddp__store_ref_t *store;
     smddp__shm_t *shm;

@@ -26,6 +26,14 @@
  * step, no staging. Reduce-scatter with every input pooled likewise reduces
  * straight from the inputs. A rank whose input peers read in place returns
  * only after every peer is done with it.
+ *
+ * In place, one-shot cannot read pooled inputs where they lie (each rank
+ * overwrites its own while peers read it) and stages them; two-shot in
+ * pools need not. So a one-shot-sized allreduce publishes its in-place
+ * pooled buffer, every rank learns alike whether all were (the verdict,
+ * kept per size in comm->allreduce_pooled), and the next allreduce of that
+ * size runs two-shot: in the pools, or staged if a buffer is no longer
+ * pooled, which clears the verdict.
  */
 #include <string.h>
 
@@ -36,6 +44,36 @@
 #include "coll.h"
 
 #define MAX_LOCAL SMDDP_MAX_LOCAL /* checked at creation (topo.c) */
+#define N_POOLED (sizeof(((struct smddp_comm *)0)->allreduce_pooled) / sizeof(size_t))
+
+/* Whether auto picks one-shot for `bytes` by size (see smddp__allreduce). */
+static bool oneshot_sized(smddp_comm_t comm, size_t bytes)
+{
+    return bytes * (size_t)comm->local_size / 2 <= (size_t)smddp__params()->oneshot_max &&
+           bytes <= smddp__shm_half_size(comm);
+}
+
+/* Whether the last one-shot-sized allreduce of `bytes` found every buffer in place in a pool. */
+static bool was_pooled(smddp_comm_t comm, size_t bytes)
+{
+    for (size_t i = 0; i < N_POOLED; i++)
+        if (comm->allreduce_pooled[i] == bytes) return true;
+    return false;
+}
+
+/* Records the verdict of an allreduce of `bytes` (the same on every rank). */
+static void set_pooled(smddp_comm_t comm, size_t bytes, bool pooled)
+{
+    size_t *v = comm->allreduce_pooled, i = 0;
+    while (i < N_POOLED && v[i] != bytes) i++;
+    if (pooled && i == N_POOLED) { /* newest first, the oldest dropped */
+        memmove(v + 1, v, (N_POOLED - 1) * sizeof(*v));
+        v[0] = bytes;
+    } else if (!pooled && i < N_POOLED) {
+        memmove(v + i, v + i + 1, (N_POOLED - 1 - i) * sizeof(*v));
+        v[N_POOLED - 1] = 0;
+    }
+}
 
 static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
 {
@@ -47,12 +85,18 @@ static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
     spec.avg_div = comm->size;
 
     smddp__pooled_t pl = {0};
-    uint64_t in_ref = 0;
+    uint64_t in_ref = 0, in_place_ref = 0;
     if (smddp__pool_on(comm)) {
-        /* In place, each rank would overwrite its input while peers still read it. */
+        /*
+         * In place, each rank would overwrite its input while peers still
+         * read it: staged, and only the output is published, so that every
+         * rank learns whether all buffers were in place in pools.
+         */
         if (smddp__disjoint(op->sendbuf, bytes, op->recvbuf, bytes))
             in_ref = smddp__pool_ref(comm, op->sendbuf, bytes);
-        smddp__pool_publish(comm, op, in_ref, 0);
+        else if (op->sendbuf == op->recvbuf)
+            in_place_ref = smddp__pool_ref(comm, op->recvbuf, bytes);
+        smddp__pool_publish(comm, op, in_ref, in_place_ref);
     }
     SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
     if (!in_ref) memcpy(smddp__shm_buf(comm, me, h), op->sendbuf, bytes);
@@ -61,6 +105,7 @@ static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
     if (smddp__pool_on(comm)) {
         smddp__pool_peers(comm, op, t, &pl);
         if (pl.all_in) op->algo = "one-shot in pools";
+        set_pooled(comm, bytes, pl.all_out);
     }
     for (int q = 0; q < p; q++)
         srcs[q] = q == me ? op->sendbuf : pl.in && pl.in[q] ? pl.in[q] : smddp__shm_buf(comm, q, h);
@@ -155,6 +200,8 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
         SMDDP_CHECK(smddp__shm_wait_all(comm, op, t));
         if (base == 0 && smddp__pool_on(comm)) {
             smddp__pool_peers(comm, op, t, &pl);
+            if (root_lr < 0 && oneshot_sized(comm, op->count * es))
+                set_pooled(comm, op->count * es, pl.all_in && pl.all_out);
             if (pl.all_in && pl.all_out && root_lr < 0) {
                 size_t off, len;
                 smddp__piece(op->count, p, me, &off, &len);
@@ -204,8 +251,13 @@ smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
          * fixed 2 x bytes plus one more synchronisation: the switch point
          * measured for 2 ranks scales down as ranks are added.
          */
-        oneshot = bytes * (size_t)comm->local_size / 2 <= (size_t)params->oneshot_max &&
-                  bytes <= smddp__shm_half_size(comm);
+        oneshot = oneshot_sized(comm, bytes) &&
+                  /*
+                   * In place in pools, one-shot must stage (see above) and
+                   * two-shot need not: measured 3-13x faster at 8-128 KiB
+                   * (bench/RESULTS.md).
+                   */
+                  !(smddp__pool_on(comm) && was_pooled(comm, bytes));
     SMDDP_TRACE("rank %d: allreduce seq %llu: %zu bytes, %s through shm", comm->rank,
                 (unsigned long long)op->seq, bytes, oneshot ? "one-shot" : "two-shot");
     op->algo = oneshot ? "one-shot" : "two-shot";

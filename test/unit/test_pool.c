@@ -296,18 +296,25 @@ static void put(bool pooled, void *p)
     else free(p);
 }
 
-static bool trace_says(smddp_comm_t comm, int rank, const char *what)
+/* How many times the flight recorder's dump says `what`. */
+static int trace_count(smddp_comm_t comm, int rank, const char *what)
 {
     char path[256], line[4096];
     snprintf(path, sizeof(path), "/tmp/smddp-test-pool-%d-%d.json", (int)getpid(), rank);
     H_OK(smddp_comm_dump_trace(comm, path, NULL, 0));
     FILE *f = fopen(path, "r");
     H_CHECK(f != NULL, "cannot read %s", path);
-    bool found = false;
-    while (fgets(line, sizeof(line), f)) found |= strstr(line, what) != NULL;
+    int n = 0;
+    while (fgets(line, sizeof(line), f))
+        for (const char *p = line; (p = strstr(p, what)) != NULL; p += strlen(what)) n++;
     fclose(f);
     unlink(path);
-    return found;
+    return n;
+}
+
+static bool trace_says(smddp_comm_t comm, int rank, const char *what)
+{
+    return trace_count(comm, rank, what) > 0;
 }
 
 static void coll_rank(smddp_comm_t comm, int rank, int size, void *arg)
@@ -382,6 +389,48 @@ static void coll_rank(smddp_comm_t comm, int rank, int size, void *arg)
             "in pools\" with mode %d", oneshot ? "names" : "does not name", mode);
 }
 
+/*
+ * Small allreduces in place, repeated: the first of a size finds every
+ * buffer in a pool and stages (one-shot), the next ones run two-shot in the
+ * pools; when one rank's buffer is not pooled (rank 1, third round), all
+ * go back to one-shot together. Results checked every time.
+ */
+static void repeat_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    const size_t counts[] = {1, 5, 1000, 4096};
+    float sum_of_ranks = (float)(size * (size + 1) / 2);
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        size_t n = counts[c];
+        float *pooled = get(comm, true, n * sizeof(float)), *plain = malloc(n * sizeof(float));
+        H_CHECK(plain != NULL, "out of memory");
+        for (int round = 0; round < 4; round++) {
+            float *x = round == 2 && rank == 1 ? plain : pooled;
+            for (size_t i = 0; i < n; i++) x[i] = (float)(rank + 1) * (float)(i % 7 + 1);
+            H_OK(smddp_allreduce(comm, x, x, n, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL));
+            for (size_t i = 0; i < n; i++)
+                H_CHECK(x[i] == sum_of_ranks * (float)(i % 7 + 1), "count %zu round %d element %zu: %g",
+                        n, round, i, x[i]);
+        }
+        H_OK(smddp_mem_free(pooled));
+        free(plain);
+    }
+    /*
+     * Per size: round 0 staged, round 1 in the pools, round 2 (rank 1 not
+     * pooled) two-shot staged, round 3 one-shot again.
+     */
+    int in_pools = trace_count(comm, rank, "\"in pools\"");
+    H_CHECK(in_pools == 4, "%d allreduces ran in pools, not 4", in_pools);
+}
+
+static void test_pooled_repeat(void **state)
+{
+    (void)state;
+    harness_opts_t opts = {.timeout_s = 120};
+    assert_int_equal(harness_run(2, repeat_rank, NULL, &opts), 0);
+    assert_int_equal(harness_run(3, repeat_rank, NULL, &opts), 0);
+}
+
 static void run_mode(int nranks, int mode, const char *env)
 {
     harness_opts_t opts = {.env = env, .timeout_s = 300};
@@ -418,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_abandon),
         cmocka_unit_test(test_reserve),
         cmocka_unit_test(test_release),
+        cmocka_unit_test(test_pooled_repeat),
         cmocka_unit_test(test_size_mismatch),
         cmocka_unit_test(test_all_pooled_2),
         cmocka_unit_test(test_all_pooled_3),

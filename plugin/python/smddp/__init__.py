@@ -329,8 +329,8 @@ def allreduce_hook(process_group, bucket):
     group whose backend is smddp, the
     first time a CPU bucket comes, its memory moves into the rank's pool
     (``move_to_pool``), where the ranks of a node read and write each
-    other's buckets in place (buckets above the one-shot size; smaller ones
-    are staged), so an allreduce moves each byte once instead of staging it
+    other's buckets in place (buckets of at most the one-shot size from
+    their second allreduce on), so an allreduce moves each byte once instead of staging it
     in and out. On any other group, or where there is no pool (a group
     across nodes, ``SMDDP_SHM_POOL_SIZE=0``, the pool full), it is an
     ordinary allreduce (torch's own hook on other backends).
