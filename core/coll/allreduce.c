@@ -111,8 +111,13 @@ static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
         srcs[q] = q == me ? op->sendbuf : pl.in && pl.in[q] ? pl.in[q] : smddp__shm_buf(comm, q, h);
     smddp__reduce(&spec, op->recvbuf, srcs, p, op->count);
     smddp__shm_step_end(comm, h);
-    /* Peers read my input in place: it is mine again once they all ended this step. */
-    return in_ref ? smddp__shm_step_wait(comm, op, h) : SMDDP_OK;
+    /*
+     * Peers read my input in place: it is mine again once they all ended
+     * this step. Peers read my record for the verdict: a rank that left at
+     * once could publish its next op's record over it before a slow peer
+     * read it, and the two would then disagree on the verdict.
+     */
+    return in_ref || in_place_ref ? smddp__shm_step_wait(comm, op, h) : SMDDP_OK;
 }
 
 /*
@@ -200,8 +205,12 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
         SMDDP_CHECK(smddp__shm_wait_all(comm, op, t));
         if (base == 0 && smddp__pool_on(comm)) {
             smddp__pool_peers(comm, op, t, &pl);
-            if (root_lr < 0 && oneshot_sized(comm, op->count * es))
-                set_pooled(comm, op->count * es, pl.all_in && pl.all_out);
+            if (root_lr < 0 && oneshot_sized(comm, op->count * es)) {
+                /* The same verdict as one-shot's: every buffer pooled and in place. */
+                bool in_place = pl.all_in && pl.all_out;
+                for (int q = 0; q < p && in_place; q++) in_place = pl.in[q] == pl.out[q];
+                set_pooled(comm, op->count * es, in_place);
+            }
             if (pl.all_in && pl.all_out && root_lr < 0) {
                 size_t off, len;
                 smddp__piece(op->count, p, me, &off, &len);

@@ -19,8 +19,10 @@
  * (1 + offset; 0: not in the pool), tagged with the value of that post.
  * After waiting for a peer's post, a rank reads the peer's record; a record
  * tagged otherwise belongs to another step, which means the peer's buffers
- * were not in its pool for this one (a rank whose input peers read in place
- * leaves only after every peer is done with it, see coll/).
+ * were not in its pool for this one. So a rank that publishes a record its
+ * peers act on leaves the step only after every peer is done with it (an
+ * input peers read in place, and the in-place buffers whose record decides
+ * the next allreduce's algorithm; see coll/).
  *
  * A pool outlives its communicator while allocations from it are alive:
  * each allocation holds a reference, so torch tensors freed late stay valid.
