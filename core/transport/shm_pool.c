@@ -48,9 +48,7 @@
 
 typedef struct range {
     size_t off, len;
-    /* Free ranges only: */
-    bool released;   /* given back since it was freed (or never backed): nothing to give back */
-    int64_t free_ns; /* when it was last freed (smddp__now_ns) */
+    int64_t free_ns; /* free ranges: when it was last freed (smddp__now_ns) */
     struct range *next;
 } range_t;
 
@@ -142,7 +140,6 @@ static smddp_status_t create_own(smddp__shm_t *s, size_t size)
     SMDDP_CHECK_GOTO(map_file(pool->fd, size, s->pool_name, &pool->base), st, fail);
     pool->size = size;
     all->len = size;
-    all->released = true;
     pool->free_list = all;
     hole->len = size;
     pool->holes = hole;
@@ -461,7 +458,7 @@ static void release_idle(struct smddp__pool *pool, int64_t now_ns)
     int64_t idle_ns = (int64_t)smddp__params()->shm_pool_release_ms * 1000000LL;
     int64_t next = INT64_MAX;
     for (range_t *r = pool->free_list; r; r = r->next) {
-        if (r->released) continue;
+        if (holes_within(pool, r->off, r->off + r->len) == r->len) continue; /* nothing backed */
         if (r->free_ns + idle_ns > now_ns) {
             next = SMDDP_MIN(next, r->free_ns + idle_ns);
             continue;
@@ -470,7 +467,6 @@ static void release_idle(struct smddp__pool *pool, int64_t now_ns)
         if (holes_add(pool, r->off, r->len))
             (void)fallocate(pool->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)r->off,
                             (off_t)r->len);
-        r->released = true;
     }
     atomic_store_explicit(&pool->release_at_ns, next, memory_order_relaxed);
 }
@@ -526,12 +522,11 @@ smddp_status_t smddp__pool_alloc(smddp_comm_t comm, size_t bytes, void **out)
     return SMDDP_OK;
 }
 
-/* Merges r's successor into r: released only if both were, freed at the later time. */
+/* Merges r's successor into r, freed at the later time. */
 static void merge_next(range_t *r)
 {
     range_t *n = r->next;
     r->len += n->len;
-    r->released = r->released && n->released;
     r->free_ns = SMDDP_MAX(r->free_ns, n->free_ns);
     r->next = n->next;
     free(n);
@@ -557,7 +552,6 @@ smddp_status_t smddp__pool_free(void *ptr)
         }
         /* Back into the free list, merged with its neighbours. */
         int64_t idle_ns = (int64_t)smddp__params()->shm_pool_release_ms * 1000000LL;
-        r->released = false;
         r->free_ns = smddp__now_ns();
         int64_t due = r->free_ns + idle_ns;
         range_t **pp = &pool->free_list, *prev = NULL;

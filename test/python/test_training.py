@@ -308,6 +308,21 @@ def _train_pooled(group, rank, bucket_view, hook):
     return [p.detach().clone() for p in model.parameters()], losses, pooled
 
 
+def _assert_pooled_ddp(results, r, params, losses, pooled):
+    """Rank r's smddp DDP (results[r][params], [losses]) equals its gloo DDP,
+    bit for bit rank 0's; every step's buckets went through the pools (each
+    allreduce "in pools"), or, where not pooled, none did."""
+    res = results[r]
+    _assert_params_close(res[params], res["gloo"], f"rank {r}: smddp vs gloo")
+    torch.testing.assert_close(torch.tensor(res[losses]), torch.tensor(res["gloo_losses"]),
+                               rtol=1e-6, atol=1e-7)
+    _assert_params_close(res[params], results[0][params], f"rank {r} vs rank 0", exact=True)
+    if pooled:
+        assert set(res["algos"]) == {"in pools"} and res["algos"]["in pools"] >= 8, res["algos"]
+    else:
+        assert "in pools" not in res["algos"], res["algos"]
+
+
 def _ddp_builtin_pooled(rank, world, bucket_view):
     """DDP's built-in allreduce, nothing changed in the script: smddp's group
     creation let DDP take its buckets from the group (allocateTensor)."""
@@ -346,16 +361,8 @@ def test_ddp_builtin_buckets_in_pools(world, bucket_view, env):
     for r in range(world):
         res = results[r]
         assert res["env"] == (user if user is not None else "0" if sets else None), res["env"]
-        _assert_params_close(res["params"], res["gloo"], f"rank {r}: smddp vs gloo")
-        torch.testing.assert_close(torch.tensor(res["losses"]), torch.tensor(res["gloo_losses"]),
-                                   rtol=1e-6, atol=1e-7)
-        _assert_params_close(res["params"], results[0]["params"], f"rank {r} vs rank 0",
-                             exact=True)
-        if pooled:
-            assert set(res["algos"]) == {"in pools"} and res["algos"]["in pools"] >= 8, \
-                res["algos"]
-        else:
-            assert "in pools" not in res["algos"] and res["algos"], res["algos"]
+        _assert_pooled_ddp(results, r, "params", "losses", pooled)
+        assert res["algos"], res["algos"]
         # The gradients are the buckets' views only with gradient_as_bucket_view.
         assert res["grads_pooled"] == (pooled and bucket_view), res["grads_pooled"]
         # A gloo group allocates no tensors: its DDP keeps torch's buckets.
@@ -426,18 +433,8 @@ def test_ddp_allreduce_hook_in_pools(world, bucket_view, env):
     pooled = env is None
     for r in range(world):
         res = results[r]
-        _assert_params_close(res["hooked"], res["gloo"], f"rank {r}: hooked smddp vs gloo")
+        _assert_pooled_ddp(results, r, "hooked", "hooked_losses", pooled)
         _assert_params_close(res["gloo_hooked"], res["gloo"], f"rank {r}: hooked gloo vs gloo")
-        torch.testing.assert_close(torch.tensor(res["hooked_losses"]),
-                                   torch.tensor(res["gloo_losses"]), rtol=1e-6, atol=1e-7)
-        _assert_params_close(res["hooked"], results[0]["hooked"], f"rank {r} vs rank 0",
-                             exact=True)
-        # Every step's buckets went through the pools, none was staged.
-        if pooled:
-            assert set(res["algos"]) == {"in pools"} and res["algos"]["in pools"] >= 8, \
-                res["algos"]
-        else:
-            assert "in pools" not in res["algos"], res["algos"]
         assert res["grads_pooled"] == (bucket_view and pooled), res["grads_pooled"]
     assert results[0]["hooked_losses"][-1] < results[0]["hooked_losses"][0]
 
