@@ -431,7 +431,29 @@ ProcessGroupSMDDP::~ProcessGroupSMDDP() {
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupSMDDP::getBackendOptions() {
-  return c10::make_intrusive<Options>("smddp", timeout_);
+  return c10::make_intrusive<SMDDPOptions>(
+      timeout_, c10::weak_intrusive_ptr<c10d::Backend>(
+                    c10::intrusive_ptr<c10d::Backend>::unsafe_reclaim_from_nonowning(this)));
+}
+
+ProcessGroupSMDDP* ProcessGroupSMDDP::of(const c10::intrusive_ptr<c10d::Backend>& backend) {
+  if (auto* pg = dynamic_cast<ProcessGroupSMDDP*>(backend.get())) {
+    return pg;
+  }
+  // A wrapper names the backend it wraps; only then are its options asked
+  // for (other backends may not implement getBackendOptions).
+  if (!backend || backend->getBackendName() != "smddp") {
+    return nullptr;
+  }
+  try {
+    auto opts = backend->getBackendOptions();
+    auto* own = dynamic_cast<SMDDPOptions*>(opts.get());
+    // The wrapper holds the backend, so it outlives this call's result.
+    auto inner = own ? own->backend.lock() : c10::intrusive_ptr<c10d::Backend>();
+    return dynamic_cast<ProcessGroupSMDDP*>(inner.get());
+  } catch (const c10::Error&) {
+    return nullptr;  // a wrapper that does not forward the options
+  }
 }
 
 #ifdef C10D_BACKEND_HAS_HOOKS

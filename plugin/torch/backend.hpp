@@ -137,6 +137,14 @@ class WorkSMDDP : public c10d::Work {
   std::string error_;                   // the first failed request's message
 };
 
+// What ProcessGroupSMDDP::getBackendOptions() returns: torch's options with
+// a weak reference back to the backend.
+struct SMDDPOptions : c10d::Backend::Options {
+  SMDDPOptions(std::chrono::milliseconds timeout, c10::weak_intrusive_ptr<c10d::Backend> backend)
+      : Options("smddp", timeout), backend(std::move(backend)) {}
+  c10::weak_intrusive_ptr<c10d::Backend> backend;
+};
+
 class ProcessGroupSMDDP : public c10d::Backend {
  public:
   // Creates the communicator through store (collective over size ranks);
@@ -152,7 +160,15 @@ class ProcessGroupSMDDP : public c10d::Backend {
   const std::string getBackendName() const override {
     return "smddp";
   }
+  // The group's name and timeout, and a weak reference to this backend
+  // (SMDDPOptions), through which of() finds it behind torch's wrapper.
   c10::intrusive_ptr<Options> getBackendOptions() override;
+
+  // backend as smddp's: itself, or the smddp backend that torch's
+  // ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) wraps, found through
+  // the options the wrapper forwards; nullptr for any other backend. The
+  // result lives as long as backend does.
+  static ProcessGroupSMDDP* of(const c10::intrusive_ptr<c10d::Backend>& backend);
 
   // ProcessGroup.split_group() (the method; test_backend.py uses it): every
   // rank of this group calls it (smddp_comm_split is collective); ranks not

@@ -21,9 +21,10 @@ namespace {
 // backend as smddp's, for smddp.<fn>; throws naming what it is otherwise.
 smddp_torch::ProcessGroupSMDDP* smddp_backend(const c10::intrusive_ptr<c10d::Backend>& backend,
                                               const char* fn) {
-  auto* pg = dynamic_cast<smddp_torch::ProcessGroupSMDDP*>(backend.get());
-  TORCH_CHECK(pg != nullptr, "smddp.", fn, ": the group's CPU backend is ",
-              backend ? backend->getBackendName() : std::string("none"), ", not smddp");
+  auto* pg = smddp_torch::ProcessGroupSMDDP::of(backend);
+  TORCH_CHECK(pg != nullptr, "smddp.", fn, ": the group's backend for this device is ",
+              backend ? backend->getBackendName() : std::string("none"),
+              ", not smddp (or a wrapper of smddp's that does not forward its options)");
   return pg;
 }
 
@@ -184,8 +185,7 @@ PYBIND11_MODULE(_C, m) {
         if (!tensor.defined() || !group->hasBackendForDeviceType(tensor.device().type())) {
           return false;
         }
-        auto* pg = dynamic_cast<smddp_torch::ProcessGroupSMDDP*>(
-            group->getBackend(tensor.device().type()).get());
+        auto* pg = smddp_torch::ProcessGroupSMDDP::of(group->getBackend(tensor.device().type()));
         return pg != nullptr && pg->move_to_pool(tensor);
       },
       py::arg("group"), py::arg("tensor"),

@@ -48,6 +48,8 @@ def _rank_main(fn, rank, world, port, queue, env):
     try:
         # "{rank}" in a value becomes this rank's number (per-rank host names).
         os.environ.update({k: v.replace("{rank}", str(rank)) for k, v in (env or {}).items()})
+        if "TORCH_DISTRIBUTED_DEBUG" in (env or {}):
+            dist.set_debug_level_from_env()  # read once, at torch's import
         import smddp  # noqa: F401  (registers the backend)
 
         dist.init_process_group(
@@ -1443,6 +1445,40 @@ def _check_direct_calls(rank, world, gloo):
         if not any("not a member" in str(w.message) for w in caught):
             failures.append("smddp.all_reduce outside the group did not warn")
     return failures
+
+
+def _check_debug_detail(rank, world, gloo):
+    """Under TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps smddp in its
+    ProcessGroupWrapper: smddp's own calls find the backend inside it, and
+    the wrapper's checks catch a mismatch before smddp runs it."""
+    import smddp
+
+    failures = []
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    if type(backend).__name__ != "_ProcessGroupWrapper":
+        failures.append(f"DETAIL did not wrap the backend: {type(backend).__name__}")
+    failures += _check_direct_calls(rank, world, gloo)
+    x = torch.ones(1000)
+    if not smddp.move_to_pool(x) or not torch.equal(x, torch.ones(1000)):
+        failures.append("move_to_pool through the wrapper did not move the tensor")
+    if smddp.peer_states() != ["alive"] * world:
+        failures.append(f"peer_states through the wrapper: {smddp.peer_states()}")
+    if smddp.stats()["ops"] <= 0:
+        failures.append(f"stats through the wrapper counted no ops: {smddp.stats()}")
+    if not os.path.exists(smddp.dump_trace()):
+        failures.append("dump_trace through the wrapper wrote no file")
+    try:
+        dist.all_reduce(torch.ones(3 + rank))
+        failures.append("allreduce with different counts on different ranks did not raise")
+    except RuntimeError as err:
+        if "Detected mismatch between collectives" not in str(err):
+            failures.append(f"the wrapper did not report the mismatch: {err}")
+    return failures
+
+
+def test_debug_detail_wraps_smddp(tmp_path):
+    run_ranks(_check_debug_detail, 2,
+              env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "SMDDP_TRACE_DIR": str(tmp_path)})
 
 
 NEW_INTS = [torch.int16, torch.uint16, torch.uint32, torch.uint64]

@@ -5,7 +5,10 @@
   parameters, to 1e-6 relative;
 - DDP's own allreduce with its buckets from the group (``DDP_DISABLE_COMM_MEM``,
   which creating an smddp group set to 0) on 2 and 3 ranks equals DDP on
-  gloo, runs every step "in pools" and leaves the gradients in the pool; with
+  gloo, runs every step "in pools" and leaves the gradients in the pool, also
+  under ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (torch's wrapper around the
+  backend; the gloo reference then averages by hand, as torch's gloo DDP
+  crashes there); with
   ``DDP_DISABLE_COMM_MEM=1`` set by the user, or across (fake) nodes, the
   buckets are torch's and staged;
 - DDP's ``join()`` with uneven inputs (rank r: 4 + 2r batches) on 2 and 3
@@ -86,6 +89,8 @@ def _rank_main(fn, rank, world, port, backend, group_timeout_s, queue, args, env
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v.replace("{rank}", str(rank))
+        if "TORCH_DISTRIBUTED_DEBUG" in (env or {}):
+            dist.set_debug_level_from_env()  # read once, at torch's import
         torch.set_num_threads(1)  # 2 cores, up to 3 ranks
         import smddp  # noqa: F401  (registers the backend)
 
@@ -308,6 +313,25 @@ def _train_pooled(group, rank, bucket_view, hook):
     return [p.detach().clone() for p in model.parameters()], losses, pooled
 
 
+def _train_by_hand(group, rank):
+    """_train_pooled's training without DDP: each gradient allreduced over
+    `group` and divided by its size, as DDP does; returns the same triple."""
+    model = _pooled_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for step in range(8):
+        x, y = _batch(step, rank)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        for p in model.parameters():
+            p.grad.div_(dist.get_world_size(group))
+            dist.all_reduce(p.grad, group=group)
+        opt.step()
+        losses.append(loss.item())
+    return [p.detach().clone() for p in model.parameters()], losses, False
+
+
 def _assert_pooled_ddp(results, r, params, losses, pooled):
     """Rank r's smddp DDP (results[r][params], [losses]) equals its gloo DDP,
     bit for bit rank 0's; every step's buckets went through the pools (each
@@ -333,8 +357,15 @@ def _ddp_builtin_pooled(rank, world, bucket_view):
     gloo = dist.new_group(backend="gloo")
     params, losses, pooled = train(None)
     algos = _trace_algos(rank, "ddp-builtin")
-    gloo_params, gloo_losses, gloo_pooled = train(gloo)
-    return {"env": os.environ.get("DDP_DISABLE_COMM_MEM"), "params": params, "losses": losses,
+    if dist.get_debug_level() == dist.DebugLevel.DETAIL:
+        # torch's DDP on gloo crashes under DETAIL (its logger takes the
+        # wrapper for a ProcessGroupGloo); the reference trains by hand.
+        gloo_params, gloo_losses, gloo_pooled = _train_by_hand(gloo, rank)
+    else:
+        gloo_params, gloo_losses, gloo_pooled = train(gloo)
+    backend = type(dist.group.WORLD._get_backend(torch.device("cpu"))).__name__
+    return {"env": os.environ.get("DDP_DISABLE_COMM_MEM"), "backend": backend,
+            "params": params, "losses": losses,
             "gloo": gloo_params, "gloo_losses": gloo_losses, "algos": algos,
             "grads_pooled": pooled, "gloo_grads_pooled": gloo_pooled}
 
@@ -342,9 +373,10 @@ def _ddp_builtin_pooled(rank, world, bucket_view):
 @pytest.mark.parametrize("world,bucket_view,env",
                          [(2, True, None), (3, True, None), (2, False, None),
                           (3, True, FAKE_NODES), (2, True, {"DDP_DISABLE_COMM_MEM": "1"}),
-                          (2, True, {"SMDDP_SHM_POOL_RESERVE_PCT": "100"})],
+                          (2, True, {"SMDDP_SHM_POOL_RESERVE_PCT": "100"}),
+                          (2, True, {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})],
                          ids=["2", "3", "2-grads-apart", "3-fake-nodes", "2-torch-buckets",
-                              "2-shm-reserved"])
+                              "2-shm-reserved", "2-debug-detail"])
 def test_ddp_builtin_buckets_in_pools(world, bucket_view, env):
     """Where the user set DDP_DISABLE_COMM_MEM=1, torch's buckets are kept
     (and staged); across nodes there are no pools; where the pool may not
@@ -357,9 +389,13 @@ def test_ddp_builtin_buckets_in_pools(world, bucket_view, env):
                            env={"DDP_DISABLE_COMM_MEM": None, **(env or {})})
     sets = _SETS_COMM_MEM
     user = (env or {}).get("DDP_DISABLE_COMM_MEM")
-    pooled = env is None and sets
+    # Under DETAIL, torch wraps the backend in its ProcessGroupWrapper, which
+    # forwards the bucket allocation; smddp's calls find the backend inside.
+    detail = env == {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
+    pooled = (env is None or detail) and sets
     for r in range(world):
         res = results[r]
+        assert (res["backend"] == "_ProcessGroupWrapper") == detail, res["backend"]
         assert res["env"] == (user if user is not None else "0" if sets else None), res["env"]
         _assert_pooled_ddp(results, r, "params", "losses", pooled)
         assert res["algos"], res["algos"]
