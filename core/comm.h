@@ -105,6 +105,14 @@ struct smddp_comm {
     bool thread_started;
     pthread_t thread;
     pthread_mutex_t exec_lock;
+    /*
+     * While a thread completes an op (callbacks included), no other thread
+     * starts one: an op a callback issues runs next (queue.c). A progress
+     * thread waiting for that (under lock) counts itself in
+     * completion_waiters first.
+     */
+    atomic_int completing;
+    atomic_int completion_waiters;
     uint64_t next_seq;
     _Atomic uint64_t shrinks; /* smddp_comm_shrink calls so far: names the next one */
     _Atomic bool *seen_dead; /* per rank: the liveness watch saw it die (smddp_comm_peer_state) */

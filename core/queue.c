@@ -15,6 +15,18 @@
  * An operation is taken off the queue only by a thread holding exec_lock, so
  * operations always run one at a time, in issue order. Completion (callback,
  * done flag, wake-up) happens after exec_lock is released.
+ *
+ * Operations issued from a completion callback (a torch comm hook whose
+ * Future callback issues the next collective, and may wait for it, as
+ * PowerSGD's does) are the exception to issue order. When the callback runs
+ * depends on timing: on one rank the main thread has queued its next
+ * collective by then, on another not yet. So such an operation goes to the
+ * head of the queue, taking the sequence number of the first one queued
+ * (which move up), and no other thread starts an operation while one
+ * completes an operation that has a callback: on every rank it runs right
+ * after the operation whose completion issued it, as with NCCL, where those
+ * callbacks run at issue. The issue itself runs it, since the progress
+ * thread, if it is the one in the callback, would never come back to it.
  */
 #include <linux/futex.h>
 #include <string.h>
@@ -67,16 +79,47 @@ static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op, int64_t now_ns)
     return st;
 }
 
+/* The communicator one of whose ops this thread is completing, if any. */
+static __thread smddp_comm_t completing_here;
+
+/*
+ * Completes op, which this thread has just run (exec_lock held, and released
+ * here). While its callback runs, no other thread starts an op (see the top).
+ */
+static void complete_locked(smddp_comm_t comm, smddp__op_t *op, smddp_status_t st)
+{
+    if (!op->on_complete) { /* nothing can issue an op meanwhile */
+        pthread_mutex_unlock(&comm->exec_lock);
+        smddp__op_complete(op, st);
+        return;
+    }
+    atomic_fetch_add(&comm->completing, 1);
+    pthread_mutex_unlock(&comm->exec_lock);
+    smddp_comm_t outer = completing_here;
+    completing_here = comm;
+    smddp__op_complete(op, st);
+    completing_here = outer;
+    /* Paired with progress_main: one of the two sees the other's change. */
+    if (atomic_fetch_sub(&comm->completing, 1) == 1 && atomic_load(&comm->completion_waiters)) {
+        pthread_mutex_lock(&comm->lock);
+        pthread_cond_signal(&comm->cond);
+        pthread_mutex_unlock(&comm->lock);
+    }
+}
+
 /*
  * Runs the queue's head to completion on this thread, exec_lock held (and
  * released here); false if the queue was empty, or if upto (when not NULL)
  * has left the queue: a waiter runs the ops queued before its own and its
- * own, never a later one.
+ * own, never a later one. Also false while another thread completes an op
+ * with a callback (see the top).
  */
 static bool run_head_locked(smddp_comm_t comm, const smddp__op_t *upto)
 {
     pthread_mutex_lock(&comm->lock);
-    smddp__op_t *op = upto && !upto->queued ? NULL : comm->head;
+    bool blocked =
+        (upto && !upto->queued) || (atomic_load(&comm->completing) && completing_here != comm);
+    smddp__op_t *op = blocked ? NULL : comm->head;
     if (op) {
         comm->head = op->next;
         if (!comm->head) comm->tail = NULL;
@@ -88,10 +131,41 @@ static bool run_head_locked(smddp_comm_t comm, const smddp__op_t *upto)
         return false;
     }
     smddp_status_t st = run_op(comm, op, 0);
-    pthread_mutex_unlock(&comm->exec_lock);
-    smddp__op_complete(op, st);
+    complete_locked(comm, op, st);
     smddp__request_unref(op); /* the engine's reference */
     return true;
+}
+
+/* True while op sits in its communicator's queue, not started. */
+static bool still_queued(smddp__op_t *op)
+{
+    if (op->kind == SMDDP_OP_SEND || op->kind == SMDDP_OP_RECV) return false;
+    pthread_mutex_lock(&op->comm->lock);
+    bool queued = op->queued;
+    pthread_mutex_unlock(&op->comm->lock);
+    return queued;
+}
+
+/*
+ * Runs the queue's head operations on this thread, in order, until op has
+ * left the queue; never blocks on exec_lock: while another thread executes,
+ * sleeps briefly on op's done word instead. That thread may be running op
+ * itself, and after it the next op, which may need something this thread
+ * does once op is done (a send): blocked there, this thread would see op
+ * done only after the next op, perhaps never.
+ */
+static void run_until(smddp__op_t *op)
+{
+    while (!atomic_load(&op->done) && still_queued(op)) {
+        if (pthread_mutex_trylock(&op->comm->exec_lock) == 0) {
+            if (!run_head_locked(op->comm, op)) break;
+            continue;
+        }
+        struct timespec ts = {0, 200 * 1000};
+        atomic_fetch_add(&op->sleepers, 1);
+        if (!atomic_load(&op->done)) smddp__futex(&op->done, FUTEX_WAIT, 0, &ts);
+        atomic_fetch_sub(&op->sleepers, 1);
+    }
 }
 
 /* The progress thread's turn: blocks while another thread runs an op. */
@@ -112,7 +186,18 @@ static void *progress_main(void *arg)
          * once rather than find this thread checking an empty queue.
          */
         pthread_mutex_lock(&comm->lock);
-        while (!comm->head && !comm->stopping) pthread_cond_wait(&comm->cond, &comm->lock);
+        for (;;) {
+            if (!comm->head && !comm->stopping) { /* an issue signals */
+                pthread_cond_wait(&comm->cond, &comm->lock);
+                continue;
+            }
+            /* Work, but another thread completes an op: complete_locked signals. */
+            atomic_fetch_add(&comm->completion_waiters, 1);
+            bool wait = atomic_load(&comm->completing) > 0;
+            if (wait) pthread_cond_wait(&comm->cond, &comm->lock);
+            atomic_fetch_sub(&comm->completion_waiters, 1);
+            if (!wait) break;
+        }
         bool stop = !comm->head && comm->stopping;
         pthread_mutex_unlock(&comm->lock);
         if (stop) return NULL;
@@ -162,8 +247,15 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
         *req = op;
         return SMDDP_OK;
     }
-    op->seq = comm->next_seq;
-    comm->next_seq += op->seq_span ? op->seq_span : 1;
+    /* Issued from a completion callback on this thread: see the top. */
+    bool first = completing_here == comm;
+    uint64_t span = op->seq_span ? op->seq_span : 1;
+    op->seq = first && comm->head ? comm->head->seq : comm->next_seq;
+    comm->next_seq += span;
+    for (smddp__op_t *q = first ? comm->head : NULL; q; q = q->next) {
+        q->seq += span;
+        smddp__trace_reseq(comm->trace, q);
+    }
     /* One clock read serves the recorder's issue time and, run here, the start. */
     int64_t now = smddp__trace_issue(comm->trace, op);
 
@@ -175,12 +267,17 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
      * (its caller waits on the stream, not on the host).
      */
     bool run_now = !req || (op->wait_now && op->mem_type == SMDDP_MEM_HOST);
-    if (run_now && smddp__params()->inline_exec && !comm->head &&
-        pthread_mutex_trylock(&comm->exec_lock) == 0) {
+    run_now = run_now && smddp__params()->inline_exec && !comm->head &&
+              pthread_mutex_trylock(&comm->exec_lock) == 0;
+    /* Read with exec_lock held: a completing thread counted itself before releasing it. */
+    if (run_now && !first && atomic_load(&comm->completing)) {
+        pthread_mutex_unlock(&comm->exec_lock);
+        run_now = false;
+    }
+    if (run_now) {
         pthread_mutex_unlock(&comm->lock);
         smddp_status_t st = run_op(comm, op, now);
-        pthread_mutex_unlock(&comm->exec_lock);
-        smddp__op_complete(op, st);
+        complete_locked(comm, op, st);
         if (req) { /* finished: its status is the request's */
             *req = op;
             return SMDDP_OK;
@@ -192,16 +289,24 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
 
     atomic_fetch_add(&op->refs, 1); /* the engine's reference */
     op->queued = true;
-    if (comm->tail)
-        comm->tail->next = op;
-    else
+    if (first) {
+        op->next = comm->head;
         comm->head = op;
-    comm->tail = op;
+        if (!comm->tail) comm->tail = op;
+    } else {
+        if (comm->tail)
+            comm->tail->next = op;
+        else
+            comm->head = op;
+        comm->tail = op;
+    }
     pthread_cond_signal(&comm->cond);
     pthread_mutex_unlock(&comm->lock);
 
     if (req) {
         *req = op;
+        /* Issued from a completion callback on this thread: see the top. */
+        if (first) run_until(op);
         return SMDDP_OK;
     }
     smddp_status_t st = smddp__request_wait(op, -1);
@@ -209,42 +314,16 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
     return st;
 }
 
-/* True while op sits in its communicator's queue, not started. */
-static bool still_queued(smddp__op_t *op)
-{
-    if (op->kind == SMDDP_OP_SEND || op->kind == SMDDP_OP_RECV) return false;
-    pthread_mutex_lock(&op->comm->lock);
-    bool queued = op->queued;
-    pthread_mutex_unlock(&op->comm->lock);
-    return queued;
-}
-
 smddp_status_t smddp__request_wait(smddp__op_t *op, int64_t timeout_ms)
 {
     /*
      * An unbounded wait runs the queue up to op itself rather than waiting
      * for the progress thread to be scheduled; a bounded one cannot, since a
-     * running collective cannot be left at the caller's deadline.
+     * running collective cannot be left at the caller's deadline, except in
+     * a completion callback, where no other thread would run it.
      */
-    if (timeout_ms < 0 && smddp__params()->inline_exec) {
-        /*
-         * Never block on exec_lock: the progress thread may be running op
-         * itself, and after it the next op, which may need something this
-         * thread does once op is done (a send): blocked there, this thread
-         * would see op done only after the next op, perhaps never. While
-         * another thread executes, sleep briefly on op's done word instead.
-         */
-        while (!atomic_load(&op->done) && still_queued(op)) {
-            if (pthread_mutex_trylock(&op->comm->exec_lock) == 0) {
-                if (!run_head_locked(op->comm, op)) break;
-                continue;
-            }
-            struct timespec ts = {0, 200 * 1000};
-            atomic_fetch_add(&op->sleepers, 1);
-            if (!atomic_load(&op->done)) smddp__futex(&op->done, FUTEX_WAIT, 0, &ts);
-            atomic_fetch_sub(&op->sleepers, 1);
-        }
-    }
+    if (completing_here == op->comm || (timeout_ms < 0 && smddp__params()->inline_exec))
+        run_until(op);
     return smddp__request_wait_done(op, timeout_ms);
 }
 

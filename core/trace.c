@@ -72,6 +72,17 @@ int64_t smddp__trace_issue(smddp__trace_t *t, smddp__op_t *op)
     return now_ns;
 }
 
+void smddp__trace_reseq(smddp__trace_t *t, const smddp__op_t *op)
+{
+    smddp__trace_entry_t *e = slot_of(t, op);
+    if (!e) return;
+    /* As at issue: a dump reading the slot meanwhile drops it. */
+    atomic_store_explicit(&e->id, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    e->seq = op->seq;
+    atomic_store_explicit(&e->id, op->trace_id, memory_order_release);
+}
+
 void smddp__trace_start(smddp__trace_t *t, const smddp__op_t *op, int64_t now_ns)
 {
     smddp__trace_entry_t *e = slot_of(t, op);

@@ -53,6 +53,8 @@ void smddp__trace_free(smddp__trace_t *t);
  * when t is NULL (recorder off: all three do nothing then).
  */
 int64_t smddp__trace_issue(smddp__trace_t *t, smddp__op_t *op);
+/* After op's sequence number changed while it was queued (see smddp__submit). */
+void smddp__trace_reseq(smddp__trace_t *t, const smddp__op_t *op);
 /* When it starts running, at now_ns. */
 void smddp__trace_start(smddp__trace_t *t, const smddp__op_t *op, int64_t now_ns);
 /* When it has finished: its path and algorithm (op->path, op->algo) and status. */

@@ -63,7 +63,8 @@ class CompletionHooks {
 // in wait() that ran the operation itself (libsmddp runs a still-queued
 // operation on the waiting thread rather than hand it to the progress
 // thread). The GIL is never taken, so a Future callback (DDP's comm hook)
-// runs at once. Until every request has been issued the work holds one more
+// runs at once; a collective it issues runs before the issuing call returns
+// (libsmddp's rule for operations issued from completion callbacks). Until every request has been issued the work holds one more
 // "pending" count, so it cannot complete half-built; once issued it keeps
 // itself alive (self_) until it has completed, so a caller may drop it
 // unwaited.

@@ -430,6 +430,53 @@ def _ddp_uneven(rank, world):
     return {"params": params, "gloo": train(gloo), "algos": algos}
 
 
+def _ddp_powersgd(rank, world, bucket_mb):
+    """DDP with torch's PowerSGD hook, whose Future callbacks issue the next
+    allreduces and wait for them. With several buckets, whether a callback
+    runs before or after the main thread queues the next bucket depends on
+    timing. The gloo reference waits for each bucket inside the hook, so
+    that its collectives come in one order (gloo hangs otherwise)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def waited(state, bucket):
+        fut = psgd.powerSGD_hook(state, bucket)
+        fut.wait()
+        return fut
+
+    def train(group, hook):
+        model = _pooled_model()
+        ddp = DDP(model, process_group=group, bucket_cap_mb=bucket_mb)
+        state = psgd.PowerSGDState(process_group=group, matrix_approximation_rank=1,
+                                   start_powerSGD_iter=2, random_seed=0)
+        ddp.register_comm_hook(state, hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+        for step in range(8):
+            x, y = _batch(step, rank)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(ddp(x), y).backward()
+            opt.step()
+        buckets = ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"].count(",") + 1
+        return [p.detach().clone() for p in model.parameters()], buckets
+
+    params, buckets = train(None, psgd.powerSGD_hook)
+    gloo, _ = train(dist.new_group(backend="gloo"), waited)
+    return {"params": params, "gloo": gloo, "buckets": buckets}
+
+
+@pytest.mark.parametrize("world,bucket_mb", [(2, 25), (2, 0.25), (3, 0.25)],
+                         ids=["2-one-bucket", "2-buckets", "3-buckets"])
+def test_ddp_powersgd_hook(world, bucket_mb):
+    results, _ = run_ranks(_ddp_powersgd, world, args=(bucket_mb,), timeout=120)
+    for r in range(world):
+        res = results[r]
+        assert (res["buckets"] == 1) == (bucket_mb == 25), res["buckets"]
+        _assert_params_close(res["params"], res["gloo"], f"rank {r}: smddp vs gloo")
+        _assert_params_close(res["params"], results[0]["params"], f"rank {r} vs rank 0",
+                             exact=True)
+    assert not torch.equal(results[0]["params"][0], _pooled_model()[0].weight.detach())
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_ddp_join_uneven_inputs(world):
     results, _ = run_ranks(_ddp_uneven, world, timeout=120)

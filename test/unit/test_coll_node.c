@@ -255,6 +255,82 @@ static void test_thread_sched(void **state)
     run(2, thread_sched_rank, "SMDDP_THREAD_SCHED=normal");
 }
 
+/*
+ * Callbacks that issue collectives and wait for them (torch's PowerSGD hook
+ * does): each runs right after the op whose completion issued it, on every
+ * rank, whatever the main thread queued meanwhile. Rank 0 queues the next
+ * op before the first has finished, the other ranks only after; rank 1 runs
+ * the first op itself (smddp_wait), so its callback runs on the main
+ * thread, the others' on the progress thread. Chained and next ops have the
+ * same count, so a swap between them would give wrong sums, not an error.
+ */
+enum { ORDER_N = 4096, ORDER_ROUNDS = 20 };
+
+typedef struct {
+    smddp_comm_t comm;
+    int size;
+    float chained[2][ORDER_N];
+    atomic_int ok;
+} order_cb_t;
+
+static bool all_equal(const float *v, int64_t n, float want)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] != want) return false;
+    return true;
+}
+
+static void order_done(void *arg, smddp_status_t st)
+{
+    order_cb_t *cb = arg;
+    bool ok = st == SMDDP_OK;
+    for (int k = 0; k < 2 && ok; k++) { /* two in a row, each waited for at once */
+        smddp_request_t req;
+        ok = smddp_allreduce(cb->comm, cb->chained[k], cb->chained[k], ORDER_N, SMDDP_FLOAT32,
+                             SMDDP_SUM, NULL, &req) == SMDDP_OK;
+        ok = ok && smddp_wait(req, SMDDP_WAIT_DEFAULT) == SMDDP_OK;
+        if (ok) smddp_request_free(req);
+        ok = ok && all_equal(cb->chained[k], ORDER_N, (float)(100 * (k + 1) * cb->size));
+    }
+    atomic_store(&cb->ok, ok);
+}
+
+static void callback_order_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    static order_cb_t cb;
+    static float first[ORDER_N], next[ORDER_N];
+    for (int round = 0; round < ORDER_ROUNDS; round++) {
+        cb = (order_cb_t){.comm = comm, .size = size};
+        for (int i = 0; i < ORDER_N; i++) {
+            first[i] = 1.0f;
+            next[i] = 10.0f;
+            cb.chained[0][i] = 100.0f;
+            cb.chained[1][i] = 200.0f;
+        }
+        smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+        attr.on_complete = order_done;
+        attr.on_complete_arg = &cb;
+        smddp_request_t a, b;
+        H_OK(smddp_allreduce(comm, first, first, ORDER_N, SMDDP_FLOAT32, SMDDP_SUM, &attr, &a));
+        if (rank == 1) H_OK(smddp_wait(a, SMDDP_WAIT_DEFAULT));
+        if (rank > 1) usleep(2000);
+        H_OK(smddp_allreduce(comm, next, next, ORDER_N, SMDDP_FLOAT32, SMDDP_SUM, NULL, &b));
+        H_OK(smddp_wait(b, SMDDP_WAIT_DEFAULT));
+        H_OK(smddp_wait(a, SMDDP_WAIT_DEFAULT));
+        H_CHECK(atomic_load(&cb.ok), "round %d: the callback's allreduces failed or were wrong",
+                round);
+        H_CHECK(all_equal(first, ORDER_N, (float)size), "round %d: first allreduce wrong", round);
+        H_CHECK(all_equal(next, ORDER_N, (float)(10 * size)), "round %d: next allreduce wrong",
+                round);
+        smddp_request_free(a);
+        smddp_request_free(b);
+    }
+}
+
+static void test_callback_order_2(void **state) { (void)state; run(2, callback_order_rank, NULL); }
+static void test_callback_order_3(void **state) { (void)state; run(3, callback_order_rank, NULL); }
+
 static void test_wait_now_2(void **state) { (void)state; run(2, wait_now_rank, NULL); }
 static void test_wait_now_3(void **state) { (void)state; run(3, wait_now_rank, NULL); }
 
@@ -362,6 +438,8 @@ int main(void)
         cmocka_unit_test(test_outstanding_3),
         cmocka_unit_test(test_callbacks_2),
         cmocka_unit_test(test_callbacks_3),
+        cmocka_unit_test(test_callback_order_2),
+        cmocka_unit_test(test_callback_order_3),
         cmocka_unit_test(test_half_accuracy_1_node),
     };
     /* TEST_FILTER=pattern runs only the matching tests (cmocka's wildcards). */
