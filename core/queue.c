@@ -27,6 +27,10 @@
  * after the operation whose completion issued it, as with NCCL, where those
  * callbacks run at issue. The issue itself runs it, since the progress
  * thread, if it is the one in the callback, would never come back to it.
+ * This holds for host operations; a CUDA one issued there is queued as
+ * usual (a staged one has put its stream work behind that of the CUDA
+ * operations queued before it). Callbacks that run elsewhere (send/recv
+ * completions, on the send/recv thread) issue in plain issue order.
  */
 #include <linux/futex.h>
 #include <string.h>
@@ -79,8 +83,23 @@ static smddp_status_t run_op(smddp_comm_t comm, smddp__op_t *op, int64_t now_ns)
     return st;
 }
 
-/* The communicator one of whose ops this thread is completing, if any. */
-static __thread smddp_comm_t completing_here;
+/*
+ * The ops this thread is completing, innermost first: a callback may wait
+ * for an op of another communicator whose callback issues one of this one.
+ */
+typedef struct completing_frame {
+    smddp_comm_t comm;
+    struct completing_frame *outer;
+} completing_frame_t;
+static __thread completing_frame_t *completing_top;
+
+/* Whether this thread is inside a completion callback of comm's. */
+static bool completing_here(smddp_comm_t comm)
+{
+    for (const completing_frame_t *f = completing_top; f; f = f->outer)
+        if (f->comm == comm) return true;
+    return false;
+}
 
 /*
  * Completes op, which this thread has just run (exec_lock held, and released
@@ -95,10 +114,10 @@ static void complete_locked(smddp_comm_t comm, smddp__op_t *op, smddp_status_t s
     }
     atomic_fetch_add(&comm->completing, 1);
     pthread_mutex_unlock(&comm->exec_lock);
-    smddp_comm_t outer = completing_here;
-    completing_here = comm;
+    completing_frame_t frame = {comm, completing_top};
+    completing_top = &frame;
     smddp__op_complete(op, st);
-    completing_here = outer;
+    completing_top = frame.outer;
     /* Paired with progress_main: one of the two sees the other's change. */
     if (atomic_fetch_sub(&comm->completing, 1) == 1 && atomic_load(&comm->completion_waiters)) {
         pthread_mutex_lock(&comm->lock);
@@ -118,7 +137,7 @@ static bool run_head_locked(smddp_comm_t comm, const smddp__op_t *upto)
 {
     pthread_mutex_lock(&comm->lock);
     bool blocked =
-        (upto && !upto->queued) || (atomic_load(&comm->completing) && completing_here != comm);
+        (upto && !upto->queued) || (atomic_load(&comm->completing) && !completing_here(comm));
     smddp__op_t *op = blocked ? NULL : comm->head;
     if (op) {
         comm->head = op->next;
@@ -247,8 +266,13 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
         *req = op;
         return SMDDP_OK;
     }
-    /* Issued from a completion callback on this thread: see the top. */
-    bool first = completing_here == comm;
+    /*
+     * Issued from a completion callback on this thread: see the top. Only
+     * host ops: a staged CUDA op's stream work is enqueued at issue, behind
+     * that of CUDA ops queued before it, which must run first.
+     */
+    bool in_callback = completing_here(comm);
+    bool first = in_callback && op->mem_type == SMDDP_MEM_HOST;
     uint64_t span = op->seq_span ? op->seq_span : 1;
     op->seq = first && comm->head ? comm->head->seq : comm->next_seq;
     comm->next_seq += span;
@@ -270,7 +294,7 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
     run_now = run_now && smddp__params()->inline_exec && !comm->head &&
               pthread_mutex_trylock(&comm->exec_lock) == 0;
     /* Read with exec_lock held: a completing thread counted itself before releasing it. */
-    if (run_now && !first && atomic_load(&comm->completing)) {
+    if (run_now && !in_callback && atomic_load(&comm->completing)) {
         pthread_mutex_unlock(&comm->exec_lock);
         run_now = false;
     }
@@ -322,7 +346,7 @@ smddp_status_t smddp__request_wait(smddp__op_t *op, int64_t timeout_ms)
      * running collective cannot be left at the caller's deadline, except in
      * a completion callback, where no other thread would run it.
      */
-    if (completing_here == op->comm || (timeout_ms < 0 && smddp__params()->inline_exec))
+    if (completing_here(op->comm) || (timeout_ms < 0 && smddp__params()->inline_exec))
         run_until(op);
     return smddp__request_wait_done(op, timeout_ms);
 }

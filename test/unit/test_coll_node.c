@@ -328,6 +328,84 @@ static void callback_order_rank(smddp_comm_t comm, int rank, int size, void *arg
     }
 }
 
+/*
+ * Nested across communicators: a callback of comm's waits for an allreduce
+ * on a second communicator, whose callback issues one on comm and waits.
+ */
+typedef struct {
+    smddp_comm_t comm, other;
+    int size;
+    float other_buf[16], back[16];
+    atomic_int ok;
+} cross_cb_t;
+
+static void cross_inner_done(void *arg, smddp_status_t st)
+{
+    cross_cb_t *cb = arg;
+    smddp_request_t req;
+    bool ok = st == SMDDP_OK &&
+              smddp_allreduce(cb->comm, cb->back, cb->back, 16, SMDDP_FLOAT32, SMDDP_SUM, NULL,
+                              &req) == SMDDP_OK;
+    ok = ok && smddp_wait(req, SMDDP_WAIT_DEFAULT) == SMDDP_OK;
+    if (ok) smddp_request_free(req);
+    atomic_store(&cb->ok, ok && all_equal(cb->back, 16, (float)(3 * cb->size)));
+}
+
+static void cross_outer_done(void *arg, smddp_status_t st)
+{
+    cross_cb_t *cb = arg;
+    smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+    attr.on_complete = cross_inner_done;
+    attr.on_complete_arg = cb;
+    smddp_request_t req;
+    if (st == SMDDP_OK &&
+        smddp_allreduce(cb->other, cb->other_buf, cb->other_buf, 16, SMDDP_FLOAT32, SMDDP_SUM,
+                        &attr, &req) == SMDDP_OK) {
+        (void)smddp_wait(req, SMDDP_WAIT_DEFAULT);
+        smddp_request_free(req);
+    }
+}
+
+static void callback_cross_comm_rank(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    static cross_cb_t cb;
+    smddp_comm_t other;
+    H_OK(smddp_comm_split(comm, 0, rank, &other));
+    for (int round = 0; round < ORDER_ROUNDS; round++) {
+        cb = (cross_cb_t){.comm = comm, .other = other, .size = size};
+        float first[16], next[16];
+        for (int i = 0; i < 16; i++) {
+            first[i] = 1.0f;
+            next[i] = 5.0f;
+            cb.other_buf[i] = 2.0f;
+            cb.back[i] = 3.0f;
+        }
+        smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
+        attr.on_complete = cross_outer_done;
+        attr.on_complete_arg = &cb;
+        smddp_request_t a, b;
+        H_OK(smddp_allreduce(comm, first, first, 16, SMDDP_FLOAT32, SMDDP_SUM, &attr, &a));
+        if (rank == 1) H_OK(smddp_wait(a, SMDDP_WAIT_DEFAULT));
+        H_OK(smddp_allreduce(comm, next, next, 16, SMDDP_FLOAT32, SMDDP_SUM, NULL, &b));
+        H_OK(smddp_wait(b, SMDDP_WAIT_DEFAULT));
+        H_OK(smddp_wait(a, SMDDP_WAIT_DEFAULT));
+        H_CHECK(atomic_load(&cb.ok), "round %d: the nested allreduces failed or were wrong",
+                round);
+        H_CHECK(all_equal(cb.other_buf, 16, (float)(2 * size)), "round %d: other comm", round);
+        H_CHECK(all_equal(next, 16, (float)(5 * size)), "round %d: next allreduce wrong", round);
+        smddp_request_free(a);
+        smddp_request_free(b);
+    }
+    H_OK(smddp_comm_destroy(other));
+}
+
+static void test_callback_cross_comm(void **state)
+{
+    (void)state;
+    run(2, callback_cross_comm_rank, NULL);
+}
+
 static void test_callback_order_2(void **state) { (void)state; run(2, callback_order_rank, NULL); }
 static void test_callback_order_3(void **state) { (void)state; run(3, callback_order_rank, NULL); }
 
@@ -440,6 +518,7 @@ int main(void)
         cmocka_unit_test(test_callbacks_3),
         cmocka_unit_test(test_callback_order_2),
         cmocka_unit_test(test_callback_order_3),
+        cmocka_unit_test(test_callback_cross_comm),
         cmocka_unit_test(test_half_accuracy_1_node),
     };
     /* TEST_FILTER=pattern runs only the matching tests (cmocka's wildcards). */

@@ -158,13 +158,14 @@ typedef struct smddp_comm_config {
  * send/recv thread, or a caller of smddp_wait() that ran it) before
  * smddp_test() and smddp_wait() report the request finished, and never while
  * that thread holds any of the communicator's locks. It may issue new
- * operations of the same communicator and wait for them: such an operation
- * runs before the call that issues it returns, right after the one being
- * completed and before any queued earlier, so that it takes the same place
- * in the order on every rank whichever thread ran the callback (as torch's
- * Future callbacks do with NCCL, which run at issue). Meanwhile no other
- * thread starts an operation of the communicator, so a callback must not
- * wait for something that needs one to run other than through smddp_wait().
+ * operations of the same communicator and wait for them: such a collective
+ * on host memory runs before the call that issues it returns, right after
+ * the one being completed and before any queued earlier, so that it takes
+ * the same place in the order on every rank whichever thread ran the
+ * callback (as torch's Future callbacks do with NCCL, which run at issue);
+ * one on CUDA memory is queued in issue order. Meanwhile no other thread
+ * starts an operation of the communicator, so a callback must not wait for
+ * something that needs one to run other than through smddp_wait().
  */
 typedef void (*smddp_complete_fn)(void *arg, smddp_status_t status);
 
