@@ -431,29 +431,7 @@ ProcessGroupSMDDP::~ProcessGroupSMDDP() {
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupSMDDP::getBackendOptions() {
-  return c10::make_intrusive<SMDDPOptions>(
-      timeout_, c10::weak_intrusive_ptr<c10d::Backend>(
-                    c10::intrusive_ptr<c10d::Backend>::unsafe_reclaim_from_nonowning(this)));
-}
-
-ProcessGroupSMDDP* ProcessGroupSMDDP::of(const c10::intrusive_ptr<c10d::Backend>& backend) {
-  if (auto* pg = dynamic_cast<ProcessGroupSMDDP*>(backend.get())) {
-    return pg;
-  }
-  // A wrapper names the backend it wraps; only then are its options asked
-  // for (other backends may not implement getBackendOptions).
-  if (!backend || backend->getBackendName() != "smddp") {
-    return nullptr;
-  }
-  try {
-    auto opts = backend->getBackendOptions();
-    auto* own = dynamic_cast<SMDDPOptions*>(opts.get());
-    // The wrapper holds the backend, so it outlives this call's result.
-    auto inner = own ? own->backend.lock() : c10::intrusive_ptr<c10d::Backend>();
-    return dynamic_cast<ProcessGroupSMDDP*>(inner.get());
-  } catch (const c10::Error&) {
-    return nullptr;  // a wrapper that does not forward the options
-  }
+  return c10::make_intrusive<SMDDPOptions>(timeout_, weak_self());
 }
 
 #ifdef C10D_BACKEND_HAS_HOOKS
@@ -572,10 +550,7 @@ c10::intrusive_ptr<WorkSMDDP> ProcessGroupSMDDP::new_work(c10d::OpType type,
   TORCH_CHECK(!closing_.load(std::memory_order_relaxed),
               "smddp: the process group has been shut down");
   auto work = c10::make_intrusive<WorkSMDDP>(
-      rank_, type,
-      c10::weak_intrusive_ptr<c10d::Backend>(
-          c10::intrusive_ptr<c10d::Backend>::unsafe_reclaim_from_nonowning(this)),
-      comm_, ++seq_, std::move(outputs));
+      rank_, type, weak_self(), comm_, ++seq_, std::move(outputs));
 #ifdef SMDDP_C10D_BACKEND_HAS_COMPLETION_HOOK
   if (hasHooks()) {
     std::lock_guard<std::mutex> lock(hooks_mutex_);

@@ -161,15 +161,10 @@ class ProcessGroupSMDDP : public c10d::Backend {
   const std::string getBackendName() const override {
     return "smddp";
   }
-  // The group's name and timeout, and a weak reference to this backend
-  // (SMDDPOptions), through which of() finds it behind torch's wrapper.
+  // The group's timeout and a weak reference to this backend (SMDDPOptions),
+  // through which smddp's Python calls find it behind torch's wrapper
+  // (module.cpp).
   c10::intrusive_ptr<Options> getBackendOptions() override;
-
-  // backend as smddp's: itself, or the smddp backend that torch's
-  // ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) wraps, found through
-  // the options the wrapper forwards; nullptr for any other backend. The
-  // result lives as long as backend does.
-  static ProcessGroupSMDDP* of(const c10::intrusive_ptr<c10d::Backend>& backend);
 
   // ProcessGroup.split_group() (the method; test_backend.py uses it): every
   // rank of this group calls it (smddp_comm_split is collective); ranks not
@@ -383,6 +378,11 @@ class ProcessGroupSMDDP : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> adopt_child(smddp_comm_t child,
                                                 const c10::intrusive_ptr<Options>& opts);
   c10::intrusive_ptr<c10d::Work> recv_from(std::vector<at::Tensor>& tensors, int srcRank, int tag);
+  // This backend, for works and options that must not keep it alive.
+  c10::weak_intrusive_ptr<c10d::Backend> weak_self() {
+    return c10::weak_intrusive_ptr<c10d::Backend>(
+        c10::intrusive_ptr<c10d::Backend>::unsafe_reclaim_from_nonowning(this));
+  }
   c10::intrusive_ptr<WorkSMDDP> new_work(c10d::OpType type, std::vector<at::Tensor> outputs);
   // The same, for a collective called with opts: it runs under the
   // options' timeout when they set one (libsmddp fails it then, and aborts

@@ -18,10 +18,35 @@ namespace py = pybind11;
 
 namespace {
 
+// backend as smddp's: itself, or the smddp backend that torch's
+// ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) wraps, found through
+// the options the wrapper forwards (torch's wheel lacks the gloo headers
+// that ProcessGroupWrapper.hpp needs); nullptr for any other backend. The
+// result lives as long as backend does.
+smddp_torch::ProcessGroupSMDDP* find_smddp(const c10::intrusive_ptr<c10d::Backend>& backend) {
+  if (auto* pg = dynamic_cast<smddp_torch::ProcessGroupSMDDP*>(backend.get())) {
+    return pg;
+  }
+  // A wrapper names the backend it wraps; only then are its options asked
+  // for (other backends may not implement getBackendOptions).
+  if (!backend || backend->getBackendName() != "smddp") {
+    return nullptr;
+  }
+  try {
+    auto opts = backend->getBackendOptions();
+    auto* own = dynamic_cast<smddp_torch::SMDDPOptions*>(opts.get());
+    // The wrapper holds the backend, so it outlives this call's result.
+    auto inner = own ? own->backend.lock() : c10::intrusive_ptr<c10d::Backend>();
+    return dynamic_cast<smddp_torch::ProcessGroupSMDDP*>(inner.get());
+  } catch (const c10::Error&) {
+    return nullptr;  // a wrapper that does not forward the options
+  }
+}
+
 // backend as smddp's, for smddp.<fn>; throws naming what it is otherwise.
 smddp_torch::ProcessGroupSMDDP* smddp_backend(const c10::intrusive_ptr<c10d::Backend>& backend,
                                               const char* fn) {
-  auto* pg = smddp_torch::ProcessGroupSMDDP::of(backend);
+  auto* pg = find_smddp(backend);
   TORCH_CHECK(pg != nullptr, "smddp.", fn, ": the group's backend for this device is ",
               backend ? backend->getBackendName() : std::string("none"),
               ", not smddp (or a wrapper of smddp's that does not forward its options)");
@@ -185,7 +210,7 @@ PYBIND11_MODULE(_C, m) {
         if (!tensor.defined() || !group->hasBackendForDeviceType(tensor.device().type())) {
           return false;
         }
-        auto* pg = smddp_torch::ProcessGroupSMDDP::of(group->getBackend(tensor.device().type()));
+        auto* pg = find_smddp(group->getBackend(tensor.device().type()));
         return pg != nullptr && pg->move_to_pool(tensor);
       },
       py::arg("group"), py::arg("tensor"),

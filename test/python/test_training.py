@@ -299,24 +299,15 @@ def _train_pooled(group, rank, bucket_view, hook):
     ddp = DDP(model, process_group=group, bucket_cap_mb=0.25, gradient_as_bucket_view=bucket_view)
     if hook:
         ddp.register_comm_hook(group, smddp.allreduce_hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-    losses = []
-    for step in range(8):
-        x, y = _batch(step, rank)
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
-        opt.zero_grad(set_to_none=False)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = _train_steps(ddp, rank)
     pooled = all(smddp.move_to_pool(p.grad) and p.grad.data_ptr() == before
                  for p in ddp.parameters() for before in [p.grad.data_ptr()])
     return [p.detach().clone() for p in model.parameters()], losses, pooled
 
 
-def _train_by_hand(group, rank):
-    """_train_pooled's training without DDP: each gradient allreduced over
-    `group` and divided by its size, as DDP does; returns the same triple."""
-    model = _pooled_model()
+def _train_steps(model, rank, after_backward=None):
+    """8 SGD steps (momentum 0.9) of model on rank's batches, after_backward()
+    between backward and the optimizer's step; returns the losses."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     losses = []
     for step in range(8):
@@ -324,11 +315,24 @@ def _train_by_hand(group, rank):
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=False)
         loss.backward()
+        if after_backward:
+            after_backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _train_by_hand(group, rank):
+    """_train_pooled's training without DDP: each gradient allreduced over
+    `group` and divided by its size, as DDP does; returns the same triple."""
+    model = _pooled_model()
+
+    def average():
         for p in model.parameters():
             p.grad.div_(dist.get_world_size(group))
             dist.all_reduce(p.grad, group=group)
-        opt.step()
-        losses.append(loss.item())
+
+    losses = _train_steps(model, rank, average)
     return [p.detach().clone() for p in model.parameters()], losses, False
 
 
