@@ -16,6 +16,7 @@
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
@@ -41,43 +42,17 @@ static std::optional<c10::Device> cuda_device(const std::vector<at::Tensor>& out
   return std::nullopt;
 }
 
-// The name torch.profiler shows for a work, as gloo's and NCCL's ("gloo:all_reduce").
-static const char* profiling_title(c10d::OpType type) {
-  using c10d::OpType;
-  switch (type) {
-    case OpType::BROADCAST: return "smddp:broadcast";
-    case OpType::ALLREDUCE: return "smddp:all_reduce";
-    case OpType::ALLREDUCE_COALESCED: return "smddp:all_reduce_coalesced";
-    case OpType::REDUCE: return "smddp:reduce";
-    case OpType::ALLGATHER: return "smddp:all_gather";
-    case OpType::_ALLGATHER_BASE: return "smddp:_allgather_base";
-    case OpType::ALLGATHER_COALESCED: return "smddp:all_gather_coalesced";
-    case OpType::GATHER: return "smddp:gather";
-    case OpType::SCATTER: return "smddp:scatter";
-    case OpType::REDUCE_SCATTER: return "smddp:reduce_scatter";
-    case OpType::_REDUCE_SCATTER_BASE: return "smddp:_reduce_scatter_base";
-    case OpType::ALLTOALL_BASE: return "smddp:all_to_all";
-    case OpType::ALLTOALL: return "smddp:all_to_all";
-    case OpType::SEND: return "smddp:send";
-    case OpType::RECV: return "smddp:recv";
-    case OpType::RECVANYSOURCE: return "smddp:recvAnySource";
-    case OpType::BARRIER: return "smddp:barrier";
-    case OpType::COALESCED: return "smddp:coalesced";
-    default: return "smddp:collective";
-  }
-}
-
 WorkSMDDP::WorkSMDDP(int rank, c10d::OpType type, c10::weak_intrusive_ptr<c10d::Backend> backend,
                      smddp_comm_t comm, uint64_t seq, std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type, profiling_title(type)), comm_(comm), backend_(std::move(backend)),
-      seq_(seq), outputs_(std::move(outputs)) {
-  std::vector<c10::Device> devices;
+    // Without a RecordFunction callback (no profiler) the title would only
+    // cost torch an inactive RecordFunction per work.
+    : c10d::Work(rank, type, at::hasCallbacks() ? profiling_title(type) : nullptr), comm_(comm),
+      backend_(std::move(backend)), seq_(seq), outputs_(std::move(outputs)) {
   if (auto dev = cuda_device(outputs_)) {
-    devices.push_back(*dev);
     stream_ = c10::impl::getDeviceGuardImpl(dev->type())->getStream(*dev);
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors(),
+                                                       std::vector<c10::Device>{*dev});
   }
-  future_ = c10::make_intrusive<c10::ivalue::Future>(
-      c10::ListType::create(c10::TensorType::get()), std::move(devices));
 }
 
 namespace {
@@ -197,20 +172,33 @@ void WorkSMDDP::complete() {
   }
   finalizers_.clear();
   keepalive_.clear();
-  try {
-    struct Completing {
-      Completing() { ++completing_here; }
-      ~Completing() { --completing_here; }
-    } completing;
-    if (eptr) {
-      future_->setError(eptr);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> lock(future_mutex_);
+    future_done_ = true;
+    future_error_ = eptr;
+    future = future_;
+  }
+  if (future) {
+    try {
+      struct Completing {
+        Completing() { ++completing_here; }
+        ~Completing() { --completing_here; }
+      } completing;
+      complete_future(*future, eptr);
+    } catch (...) {
+      // A Future callback's failure belongs to the callback's own Future.
     }
-  } catch (...) {
-    // A Future callback's failure belongs to the callback's own Future.
   }
   finish(eptr);
+}
+
+void WorkSMDDP::complete_future(c10::ivalue::Future& future, const std::exception_ptr& eptr) {
+  if (eptr) {
+    future.setError(eptr);
+  } else {
+    future.markCompleted(c10::IValue(outputs_));
+  }
 }
 
 bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
@@ -259,6 +247,14 @@ bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkSMDDP::getFuture() {
+  std::lock_guard<std::mutex> lock(future_mutex_);
+  if (!future_) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+    if (future_done_) {
+      // No callback can be on it yet: completing it here runs none.
+      complete_future(*future_, future_error_);
+    }
+  }
   return future_;
 }
 

@@ -104,6 +104,8 @@ class WorkSMDDP : public c10d::Work {
   void release_pending();
   // Runs the copies back (on success), completes the Future and the Work.
   void complete();
+  // Completes future with outputs_, or with eptr where the work failed.
+  void complete_future(c10::ivalue::Future& future, const std::exception_ptr& eptr);
 
   smddp_comm_t comm_;
   // The group, for abort(): a work may outlive it.
@@ -116,7 +118,14 @@ class WorkSMDDP : public c10d::Work {
   // when they all have (each holds one pending count), with the first error.
   std::vector<c10::intrusive_ptr<WorkSMDDP>> parts_;
   std::vector<std::function<void()>> finalizers_;  // copies back, in order
+  // The Future: made at construction for CUDA works, at the first
+  // getFuture() for host ones (a blocking dist.all_reduce never asks for
+  // it). future_done_ and future_error_ record the completion, so that a
+  // Future made after it is completed at once. All three under future_mutex_.
+  std::mutex future_mutex_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool future_done_ = false;
+  std::exception_ptr future_error_;
   c10::intrusive_ptr<WorkSMDDP> self_;  // set while not completed
   // CUDA works: the issuing thread's current stream on the outputs' device.
   // Completion (copies back, the Future's events) runs on it, whichever

@@ -242,5 +242,30 @@ std::string join_sizes(const std::vector<int64_t>& v) {
   return out.str();
 }
 
+const char* profiling_title(c10d::OpType type) {
+  using c10d::OpType;
+  switch (type) {
+    case OpType::BROADCAST: return "smddp:broadcast";
+    case OpType::ALLREDUCE: return "smddp:all_reduce";
+    case OpType::ALLREDUCE_COALESCED: return "smddp:all_reduce_coalesced";
+    case OpType::REDUCE: return "smddp:reduce";
+    case OpType::ALLGATHER: return "smddp:all_gather";
+    case OpType::_ALLGATHER_BASE: return "smddp:_allgather_base";
+    case OpType::ALLGATHER_COALESCED: return "smddp:all_gather_coalesced";
+    case OpType::GATHER: return "smddp:gather";
+    case OpType::SCATTER: return "smddp:scatter";
+    case OpType::REDUCE_SCATTER: return "smddp:reduce_scatter";
+    case OpType::_REDUCE_SCATTER_BASE: return "smddp:_reduce_scatter_base";
+    case OpType::ALLTOALL_BASE: return "smddp:all_to_all";
+    case OpType::ALLTOALL: return "smddp:all_to_all";
+    case OpType::SEND: return "smddp:send";
+    case OpType::RECV: return "smddp:recv";
+    case OpType::RECVANYSOURCE: return "smddp:recvAnySource";
+    case OpType::BARRIER: return "smddp:barrier";
+    case OpType::COALESCED: return "smddp:coalesced";
+    default: return "smddp:collective";
+  }
+}
+
 } // namespace detail
 } // namespace smddp_torch

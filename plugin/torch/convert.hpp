@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "smddp/smddp.h"
 
@@ -69,6 +70,9 @@ const char* comm_error(smddp_comm_t comm);
 std::string issue_error(smddp_comm_t comm);
 
 std::string join_sizes(const std::vector<int64_t>& v);
+
+// The name torch.profiler shows for a work, as gloo's and NCCL's ("gloo:all_reduce").
+const char* profiling_title(c10d::OpType type);
 
 } // namespace detail
 } // namespace smddp_torch

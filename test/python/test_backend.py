@@ -213,6 +213,18 @@ def _check_allreduce(rank, world, gloo):
     _compare(failures, "allreduce future then()", fut.wait(), want * 2)
     work.wait()
     _compare(failures, "allreduce async", x, want)
+    # A Future first asked for after the work completed: done, with the result.
+    x = _data(torch.float32, rank, n=7)
+    work = dist.all_reduce(x, async_op=True)
+    work.wait()
+    fut = work.get_future()
+    if not fut.done():
+        failures.append("allreduce: the Future asked for after wait() is not done")
+    _compare(failures, "allreduce future after wait()", fut.wait()[0],
+             _reduce_local(_gather_gloo(_data(torch.float32, rank, n=7), world, gloo), "sum",
+                           world))
+    if not work.get_future().done():
+        failures.append("allreduce: a second get_future() is not done")
     # Sizes 0, 1 and one not a multiple of anything.
     for n in (0, 1, 4099):
         x = _data(torch.float32, rank, n=n)
@@ -843,6 +855,14 @@ def _check_op_timeouts(rank, world, gloo):
             if f"on group {pg.group_name}" not in str(err):
                 failures.append(f"{name}: the error does not name the group "
                                 f"{pg.group_name}: {err}")
+            # A Future first asked for after the failure carries it.
+            fut = work.get_future()
+            try:
+                fut.wait()
+                failures.append(f"{name}: the Future of the failed work has a value")
+            except RuntimeError as ferr:
+                if "timed out after 1.000 s" not in str(ferr):
+                    failures.append(f"{name}: the Future's error is not the work's: {ferr}")
     dist.barrier(group=gloo)
     return failures
 
