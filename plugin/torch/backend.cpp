@@ -733,6 +733,16 @@ void ProcessGroupSMDDP::fail_now(c10d::OpType type, const char* fn, smddp_status
   throw_backend_error(op_failure(type, this, comm_, st));
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::complete_blocking(
+    const c10::intrusive_ptr<WorkSMDDP>& work, const char* fn, smddp_status_t st) {
+  if (st == SMDDP_ERR_INVALID_ARGUMENT || st == SMDDP_ERR_NOT_SUPPORTED) {
+    fail_issue(fn, st);  // the work, never issued, is dropped
+  }
+  work->self_ = work;  // what an issued work holds until it completes
+  WorkSMDDP::on_request_done(work.get(), st);  // drops the last pending count: completes
+  return work;
+}
+
 bool ProcessGroupSMDDP::runs_now(const at::Tensor& t) {
   TORCH_CHECK(!closing_.load(std::memory_order_relaxed),
               "smddp: the process group has been shut down");

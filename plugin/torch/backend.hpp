@@ -379,11 +379,19 @@ class ProcessGroupSMDDP : public c10d::Backend {
   };
 
  private:
-  // The backend of a communicator split or shrunk from this one: opts' timeout, else this one's.
-  // Whether t can go to libsmddp's blocking call without a Work (allreduce_now).
+  // Whether t can go to libsmddp's blocking call: on the CPU, contiguous,
+  // and the group neither coalescing nor recording works (completion hooks,
+  // timing). allreduce_now, and allreduce with async_op=False.
   bool runs_now(const at::Tensor& t);
   // Throws for a blocking call of type (fn: its name in refusals) that returned st.
   [[noreturn]] void fail_now(c10d::OpType type, const char* fn, smddp_status_t st);
+  // Completes work, whose one operation libsmddp's blocking call ran and
+  // returned st for: a refusal (nothing ran) throws here, as a refused
+  // issue does; a failure is the work's error, thrown by its wait(), after
+  // the abort hooks ran, as for a request that failed.
+  c10::intrusive_ptr<c10d::Work> complete_blocking(const c10::intrusive_ptr<WorkSMDDP>& work,
+                                                   const char* fn, smddp_status_t st);
+  // The backend of a communicator split or shrunk from this one: opts' timeout, else this one's.
   c10::intrusive_ptr<c10d::Backend> adopt_child(smddp_comm_t child,
                                                 const c10::intrusive_ptr<Options>& opts);
   c10::intrusive_ptr<c10d::Work> recv_from(std::vector<at::Tensor>& tensors, int srcRank, int tag);

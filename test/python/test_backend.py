@@ -863,6 +863,27 @@ def _check_op_timeouts(rank, world, gloo):
             except RuntimeError as ferr:
                 if "timed out after 1.000 s" not in str(ferr):
                     failures.append(f"{name}: the Future's error is not the work's: {ferr}")
+    # A blocking dist.all_reduce (run by libsmddp's blocking call, without a
+    # request) fails at the group's timeout with the same error.
+    dist.barrier(group=gloo)  # rank 0 comes from its timeouts above
+    pg = dist.new_group(backend="smddp", timeout=timedelta(seconds=1))
+    if rank == 0:
+        start = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(4), group=pg)
+            failures.append("a blocking all_reduce without its peers completed")
+        except dist.DistBackendError as err:
+            took = time.monotonic() - start
+            if not 0.9 < took < 3:
+                failures.append(f"blocking all_reduce: its 1 s timeout fired after {took:.1f} s")
+            if "timed out after 1.000 s" not in str(err) or pg.group_name not in str(err):
+                failures.append(f"blocking all_reduce: the error does not give its timeout "
+                                f"and group: {err}")
+        try:
+            dist.all_reduce(torch.ones(4), group=pg)
+            failures.append("a blocking all_reduce on the failed group completed")
+        except dist.DistBackendError:
+            pass
     dist.barrier(group=gloo)
     return failures
 
