@@ -89,23 +89,6 @@ WorkSMDDP::~WorkSMDDP() {
   }
 }
 
-// "smddp ALLREDUCE on group 0 (default_pg) failed (timed out): <libsmddp's
-// message>": torch's name for the group (and its description), as NCCL's
-// errors give them, where backend is known and named.
-static std::string op_failure(c10d::OpType type, const c10d::Backend* backend, smddp_comm_t comm,
-                              smddp_status_t status) {
-  std::ostringstream msg;
-  msg << "smddp " << c10d::opTypeToString(type);
-  if (backend != nullptr && !backend->getGroupUid().empty()) {
-    msg << " on group " << backend->getGroupUid();
-    if (!backend->getGroupDesc().empty()) {
-      msg << " (" << backend->getGroupDesc() << ")";
-    }
-  }
-  msg << " failed (" << smddp_status_string(status) << "): " << comm_error(comm);
-  return msg.str();
-}
-
 void WorkSMDDP::on_request_done(void* arg, smddp_status_t status) {
   auto* work = static_cast<WorkSMDDP*>(arg);
   if (status != SMDDP_OK) {
@@ -249,11 +232,12 @@ bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
 c10::intrusive_ptr<c10::ivalue::Future> WorkSMDDP::getFuture() {
   std::lock_guard<std::mutex> lock(future_mutex_);
   if (!future_) {
-    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+    auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
     if (future_done_) {
       // No callback can be on it yet: completing it here runs none.
-      complete_future(*future_, future_error_);
+      complete_future(*future, future_error_);
     }
+    future_ = std::move(future);  // only once complete where the work is
   }
   return future_;
 }
@@ -725,9 +709,15 @@ void ProcessGroupSMDDP::fail_issue(const char* fn, smddp_status_t st) {
   throw_backend_error(msg.str());
 }
 
+bool ProcessGroupSMDDP::refused(smddp_status_t st) {
+  return (st == SMDDP_ERR_INVALID_ARGUMENT || st == SMDDP_ERR_NOT_SUPPORTED ||
+          st == SMDDP_ERR_NO_MEMORY) &&
+         smddp_comm_status(comm_) == SMDDP_OK;
+}
+
 void ProcessGroupSMDDP::fail_now(c10d::OpType type, const char* fn, smddp_status_t st) {
-  if (st == SMDDP_ERR_INVALID_ARGUMENT || st == SMDDP_ERR_NOT_SUPPORTED) {
-    fail_issue(fn, st);  // refused: nothing ran
+  if (refused(st)) {
+    fail_issue(fn, st);  // nothing ran
   }
   run_abort_hooks();  // it ran and failed: the group is broken
   throw_backend_error(op_failure(type, this, comm_, st));
@@ -735,7 +725,7 @@ void ProcessGroupSMDDP::fail_now(c10d::OpType type, const char* fn, smddp_status
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::complete_blocking(
     const c10::intrusive_ptr<WorkSMDDP>& work, const char* fn, smddp_status_t st) {
-  if (st == SMDDP_ERR_INVALID_ARGUMENT || st == SMDDP_ERR_NOT_SUPPORTED) {
+  if (st != SMDDP_OK && refused(st)) {
     fail_issue(fn, st);  // the work, never issued, is dropped
   }
   work->self_ = work;  // what an issued work holds until it completes

@@ -383,6 +383,11 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // and the group neither coalescing nor recording works (completion hooks,
   // timing). allreduce_now, and allreduce with async_op=False.
   bool runs_now(const at::Tensor& t);
+  // Whether a blocking call that failed with st ran nothing: an argument
+  // libsmddp refuses, a feature it lacks, memory for the request, with the
+  // communicator still healthy (the same codes from a collective that ran
+  // come with the communicator failed).
+  bool refused(smddp_status_t st);
   // Throws for a blocking call of type (fn: its name in refusals) that returned st.
   [[noreturn]] void fail_now(c10d::OpType type, const char* fn, smddp_status_t st);
   // Completes work, whose one operation libsmddp's blocking call ran and

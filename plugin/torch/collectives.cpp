@@ -83,12 +83,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tens
               given.size());
   check_reducible(given[0], opts.reduceOp, "allreduce");
   std::vector<at::Tensor> tensors = as_elems(given);
+  SmddpReduction op = check_allreduce(tensors[0], opts.reduceOp);
   auto work = new_work(c10d::OpType::ALLREDUCE, tensors, opts);
   if (work->wait_now_ && runs_now(tensors[0])) {
     // async_op=False on a tensor libsmddp uses in place: its blocking call,
     // on this thread; the work is returned completed.
     const at::Tensor& t = tensors[0];
-    SmddpReduction op = check_allreduce(t, opts.reduceOp);
     smddp_coll_attr_t attr = attr_for(t, op.factor);
     attr.timeout_ms = work->own_timeout_ms_;
     InUse in_use(*this);

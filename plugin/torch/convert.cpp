@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 namespace smddp_torch {
 namespace detail {
@@ -240,6 +241,20 @@ std::string join_sizes(const std::vector<int64_t>& v) {
   }
   out << "]";
   return out.str();
+}
+
+std::string op_failure(c10d::OpType type, const c10d::Backend* backend, smddp_comm_t comm,
+                       smddp_status_t status) {
+  std::ostringstream msg;
+  msg << "smddp " << c10d::opTypeToString(type);
+  if (backend != nullptr && !backend->getGroupUid().empty()) {
+    msg << " on group " << backend->getGroupUid();
+    if (!backend->getGroupDesc().empty()) {
+      msg << " (" << backend->getGroupDesc() << ")";
+    }
+  }
+  msg << " failed (" << smddp_status_string(status) << "): " << comm_error(comm);
+  return msg.str();
 }
 
 const char* profiling_title(c10d::OpType type) {

@@ -10,6 +10,10 @@
 
 #include "smddp/smddp.h"
 
+namespace c10d {
+class Backend;
+}  // namespace c10d
+
 namespace smddp_torch {
 namespace detail {
 
@@ -70,6 +74,12 @@ const char* comm_error(smddp_comm_t comm);
 std::string issue_error(smddp_comm_t comm);
 
 std::string join_sizes(const std::vector<int64_t>& v);
+
+// A failed operation's message: "smddp ALLREDUCE on group 0 (default_pg)
+// failed (timed out): <libsmddp's message>"; the group's name where backend
+// is known and named.
+std::string op_failure(c10d::OpType type, const c10d::Backend* backend, smddp_comm_t comm,
+                       smddp_status_t status);
 
 // The name torch.profiler shows for a work, as gloo's and NCCL's ("gloo:all_reduce").
 const char* profiling_title(c10d::OpType type);

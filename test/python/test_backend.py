@@ -816,6 +816,8 @@ def _check_op_timeouts(rank, world, gloo):
     n = world
     cases = {
         "allreduce": lambda pg, o: pg.allreduce([torch.ones(4)], o),
+        # async_op=False: libsmddp's blocking call, under the options' timeout
+        "allreduce_blocking": lambda pg, o: pg.allreduce([torch.ones(4)], o),
         "broadcast": lambda pg, o: pg.broadcast([torch.ones(4)], o),
         "allgather": lambda pg, o: pg.allgather([[torch.empty(4) for _ in range(n)]],
                                                 [torch.ones(4)], o),
@@ -827,8 +829,15 @@ def _check_op_timeouts(rank, world, gloo):
     }
     import torch._C._distributed_c10d as c10d
 
+    def blocking_allreduce_options():
+        o = c10d.AllreduceOptions()
+        if hasattr(o, "asyncOp"):
+            o.asyncOp = False
+        return o
+
     options = {
-        "allreduce": c10d.AllreduceOptions, "broadcast": c10d.BroadcastOptions,
+        "allreduce": c10d.AllreduceOptions, "allreduce_blocking": blocking_allreduce_options,
+        "broadcast": c10d.BroadcastOptions,
         "allgather": c10d.AllgatherOptions, "reduce_scatter": c10d.ReduceScatterOptions,
         "alltoall_base": c10d.AllToAllOptions, "barrier": c10d.BarrierOptions,
     }
