@@ -15,12 +15,19 @@
  *   pooled  smddp_allreduce on buffers from smddp_mem_alloc: the library's
  *           own in-place path (what allocateTensor hands torch)
  *
+ * With -o allgather, the same four for a float32 allgather of SIZE bytes
+ * per rank: smddp_allgather staged (each rank copies its input in, then
+ * every block out: 1 + RANKS copies of SIZE); cma (its own block copied,
+ * every peer's input read with process_vm_readv straight into the output:
+ * RANKS copies, as Open MPI's vader does above its eager limit); inshm
+ * (every input read in place from the shared mapping); pooled.
+ *
  * Each reference is timed between two smddp barriers per call (the least
  * any real implementation needs); its result is checked. A single-thread
  * memcpy rate of the same size is printed beside them. Ratios are each
  * other's time over smddp's (above 1: smddp on its staging is faster).
  *
- *   smddp_single_copy -p 2 [-b 64K] [-e 64M] [-n 20] [--bind]
+ *   smddp_single_copy -p 2 [-o allreduce|allgather] [-b 64K] [-e 64M] [-n 20] [--bind]
  */
 #include <errno.h>
 #include <sched.h>
@@ -137,6 +144,25 @@ static void inshm_allreduce(float **ins, float **outs, size_t n)
     barrier();
 }
 
+/* outs: every rank's output, RANKS x n; ins[q] is rank q's input. */
+static void cma_allgather(const peer_addr_t *peers, const float *in, float *out, size_t n)
+{
+    barrier(); /* every input is ready */
+    memcpy(out + (size_t)rank * n, in, n * sizeof(float));
+    for (int q = 0; q < nranks; q++)
+        if (q != rank) cma_read((pid_t)peers[q].pid, out + (size_t)q * n, peers[q].in,
+                                n * sizeof(float));
+    barrier(); /* no input is read any more */
+}
+
+static void inshm_allgather(float **ins, float **outs, size_t n)
+{
+    barrier();
+    for (int q = 0; q < nranks; q++)
+        memcpy(outs[rank] + (size_t)q * n, ins[q], n * sizeof(float));
+    barrier();
+}
+
 static double memcpy_rate(size_t bytes)
 {
     char *src = malloc(bytes), *dst = malloc(bytes);
@@ -159,6 +185,16 @@ static double memcpy_rate(size_t bytes)
 static void fill(float *in, size_t n)
 {
     for (size_t i = 0; i < n; i++) in[i] = (float)((i % 97) + (size_t)rank);
+}
+
+/* The allgather's output: block q is rank q's fill(). */
+static long count_wrong_gather(const float *out, size_t n)
+{
+    long wrong = 0;
+    for (int q = 0; q < nranks; q++)
+        for (size_t i = 0; i < n; i++)
+            wrong += out[(size_t)q * n + i] != (float)((i % 97) + (size_t)q);
+    return wrong;
 }
 
 static long count_wrong(const float *out, size_t n)
@@ -190,18 +226,20 @@ static size_t parse_bytes(const char *s)
 
 int main(int argc, char **argv)
 {
-    int procs = 2, iters = 20, bind = 0;
+    int procs = 2, iters = 20, bind = 0, gather = 0;
     size_t min_b = 64 * 1024, max_b = 64 * 1024 * 1024;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(arg, "--bind")) bind = 1;
         else if (val && !strcmp(arg, "-p")) procs = atoi(argv[++i]);
         else if (val && !strcmp(arg, "-n")) iters = atoi(argv[++i]);
+        else if (val && !strcmp(arg, "-o") && !strcmp(val, "allreduce")) gather = 0, i++;
+        else if (val && !strcmp(arg, "-o") && !strcmp(val, "allgather")) gather = 1, i++;
         else if (val && !strcmp(arg, "-b")) min_b = parse_bytes(argv[++i]);
         else if (val && !strcmp(arg, "-e")) max_b = parse_bytes(argv[++i]);
         else {
-            fprintf(stderr, "usage: smddp_single_copy -p RANKS [-b MIN] [-e MAX] [-n ITERS] "
-                            "[--bind]\n");
+            fprintf(stderr, "usage: smddp_single_copy -p RANKS [-o allreduce|allgather] [-b MIN] "
+                            "[-e MAX] [-n ITERS] [--bind]\n");
             return 2;
         }
     }
@@ -211,7 +249,8 @@ int main(int argc, char **argv)
     }
     /* The shared inputs and outputs of inshm, mapped before the ranks fork. */
     size_t slot = (max_b + 4095) / 4096 * 4096;
-    char *shared = mmap(NULL, slot * 2 * (size_t)procs, PROT_READ | PROT_WRITE,
+    size_t oslot = gather ? slot * (size_t)procs : slot; /* an output */
+    char *shared = mmap(NULL, (slot + oslot) * (size_t)procs, PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (shared == MAP_FAILED) {
         perror("smddp_single_copy: mmap");
@@ -224,23 +263,24 @@ int main(int argc, char **argv)
 
     float **ins = calloc((size_t)nranks, sizeof(float *)), **outs = calloc((size_t)nranks, sizeof(float *));
     for (int q = 0; q < nranks; q++) {
-        ins[q] = (float *)(shared + slot * 2 * (size_t)q);
-        outs[q] = (float *)(shared + slot * (2 * (size_t)q + 1));
+        ins[q] = (float *)(shared + (slot + oslot) * (size_t)q);
+        outs[q] = (float *)(shared + (slot + oslot) * (size_t)q + slot);
     }
-    float *in = aligned_alloc(4096, slot), *out = aligned_alloc(4096, slot);
+    float *in = aligned_alloc(4096, slot), *out = aligned_alloc(4096, oslot);
     float *tmp = aligned_alloc(4096, slot);
     float *pin, *pout;
     check(smddp_mem_alloc(comm, slot, (void **)&pin), "smddp_mem_alloc");
-    check(smddp_mem_alloc(comm, slot, (void **)&pout), "smddp_mem_alloc");
-    memset(out, 0, slot);
+    check(smddp_mem_alloc(comm, oslot, (void **)&pout), "smddp_mem_alloc");
+    memset(out, 0, oslot);
     memset(tmp, 0, slot);
     peer_addr_t me = {(uint64_t)getpid(), (uint64_t)(uintptr_t)in, (uint64_t)(uintptr_t)out};
     peer_addr_t *peers = calloc((size_t)nranks, sizeof(peer_addr_t));
     check(smddp_allgather(comm, &me, peers, 3, SMDDP_INT64, NULL, NULL), "smddp_allgather");
 
     if (rank == 0) {
-        printf("# float32 sum allreduce, %d ranks, time in us (slowest rank's mean of %d)\n",
-               nranks, iters);
+        printf("# float32 %s, %d ranks, time in us (slowest rank's mean of %d)%s\n",
+               gather ? "allgather" : "sum allreduce", nranks, iters,
+               gather ? "; size per rank" : "");
         printf("%10s %10s %10s %10s %10s %12s %10s %10s %12s\n", "size(B)", "smddp", "cma",
                "inshm", "pooled", "memcpy GB/s", "cma/smddp", "inshm/smddp", "pooled/smddp");
     }
@@ -258,7 +298,15 @@ int main(int argc, char **argv)
                     barrier();
                     t[which] = now_s();
                 }
-                if (which == 0)
+                if (gather && which == 0)
+                    check(smddp_allgather(comm, in, out, (int64_t)n, SMDDP_FLOAT32, NULL, NULL),
+                          "smddp_allgather");
+                else if (gather && which == 1) cma_allgather(peers, in, out, n);
+                else if (gather && which == 2) inshm_allgather(ins, outs, n);
+                else if (gather)
+                    check(smddp_allgather(comm, pin, pout, (int64_t)n, SMDDP_FLOAT32, NULL, NULL),
+                          "smddp_allgather");
+                else if (which == 0)
                     check(smddp_allreduce(comm, in, out, (int64_t)n, SMDDP_FLOAT32, SMDDP_SUM,
                                           NULL, NULL), "smddp_allreduce");
                 else if (which == 1) cma_allreduce(peers, in, out, tmp, n);
@@ -269,14 +317,14 @@ int main(int argc, char **argv)
             }
             t[which] = max_over_ranks((now_s() - t[which]) / iters);
             float *result = which == 2 ? outs[rank] : which == 3 ? pout : out;
-            long wrong = count_wrong(result, n);
+            long wrong = gather ? count_wrong_gather(result, n) : count_wrong(result, n);
             if (wrong) {
                 static const char *const names[] = {"smddp", "cma", "inshm", "pooled"};
                 fprintf(stderr, "smddp_single_copy: rank %d: %s: %ld wrong element(s) at %zu B\n",
                         rank, names[which], wrong, bytes);
                 wrong_total += wrong;
             }
-            memset(result, 0, bytes);
+            memset(result, 0, gather ? bytes * (size_t)nranks : bytes);
             barrier();
         }
         double mc = 0;
