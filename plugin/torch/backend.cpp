@@ -725,7 +725,7 @@ void ProcessGroupSMDDP::fail_now(c10d::OpType type, const char* fn, smddp_status
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::complete_blocking(
     const c10::intrusive_ptr<WorkSMDDP>& work, const char* fn, smddp_status_t st) {
-  if (st != SMDDP_OK && refused(st)) {
+  if (refused(st)) {
     fail_issue(fn, st);  // the work, never issued, is dropped
   }
   work->self_ = work;  // what an issued work holds until it completes

@@ -26,6 +26,12 @@
 #include "pool_memory.hpp"
 
 namespace smddp_torch {
+namespace detail {
+struct SmddpReduction;  // convert.hpp
+}  // namespace detail
+}  // namespace smddp_torch
+
+namespace smddp_torch {
 
 class ProcessGroupSMDDP;
 
@@ -462,9 +468,13 @@ class ProcessGroupSMDDP : public c10d::Backend {
   at::Tensor stage_inout(WorkSMDDP& work, const at::Tensor& t);
   void keep(WorkSMDDP& work, const at::Tensor& t);
   void then(WorkSMDDP& work, std::function<void()> fn);
-  c10::intrusive_ptr<c10d::Work> issue_allreduce(const c10::intrusive_ptr<WorkSMDDP>& work,
-                                                 const at::Tensor& tensor,
-                                                 const c10d::ReduceOp& rop);
+  // op: check_allreduce's result for tensor.
+  void issue_allreduce(const c10::intrusive_ptr<WorkSMDDP>& work, const at::Tensor& tensor,
+                       const detail::SmddpReduction& op);
+  // libsmddp's blocking allreduce of t in place, a tensor runs_now accepts,
+  // under timeout_ms (0: the communicator's); the caller holds an InUse.
+  smddp_status_t blocking_allreduce(const at::Tensor& t, const detail::SmddpReduction& op,
+                                    int64_t timeout_ms);
   // allgather into a list of world-size tensors through one flat buffer.
   void issue_allgather_list(const c10::intrusive_ptr<WorkSMDDP>& work,
                             std::vector<at::Tensor>& outs, const at::Tensor& input);

@@ -64,17 +64,23 @@ static SmddpReduction check_reduce_scatter_base(const at::Tensor& output,
   return to_smddp_reduction(input.scalar_type(), rop);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::issue_allreduce(
-    const c10::intrusive_ptr<WorkSMDDP>& work, const at::Tensor& tensor,
-    const c10d::ReduceOp& rop) {
-  SmddpReduction op = check_allreduce(tensor, rop);
-  smddp_dtype_t dt = op.dtype;
+void ProcessGroupSMDDP::issue_allreduce(const c10::intrusive_ptr<WorkSMDDP>& work,
+                                        const at::Tensor& tensor, const SmddpReduction& op) {
   at::Tensor buf = stage_inout(*work, tensor);
   smddp_coll_attr_t attr = attr_for(buf, op.factor);
   issue(*work, "allreduce", attr, [&](const smddp_coll_attr_t* a, smddp_request_t* r) {
-    return smddp_allreduce(comm_, buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op.op, a, r);
+    return smddp_allreduce(comm_, buf.data_ptr(), buf.data_ptr(), buf.numel(), op.dtype, op.op,
+                           a, r);
   });
-  return work;
+}
+
+smddp_status_t ProcessGroupSMDDP::blocking_allreduce(const at::Tensor& t,
+                                                     const SmddpReduction& op,
+                                                     int64_t timeout_ms) {
+  smddp_coll_attr_t attr = attr_for(t, op.factor);
+  attr.timeout_ms = timeout_ms;
+  return smddp_allreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), op.dtype, op.op, &attr,
+                         nullptr);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tensor>& given,
@@ -88,15 +94,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tens
   if (work->wait_now_ && runs_now(tensors[0])) {
     // async_op=False on a tensor libsmddp uses in place: its blocking call,
     // on this thread; the work is returned completed.
-    const at::Tensor& t = tensors[0];
-    smddp_coll_attr_t attr = attr_for(t, op.factor);
-    attr.timeout_ms = work->own_timeout_ms_;
     InUse in_use(*this);
     return complete_blocking(work, "allreduce",
-                             smddp_allreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(),
-                                             op.dtype, op.op, &attr, nullptr));
+                             blocking_allreduce(tensors[0], op, work->own_timeout_ms_));
   }
-  issue_allreduce(work, tensors[0], opts.reduceOp);
+  issue_allreduce(work, tensors[0], op);
   return enqueue(work);
 }
 
@@ -106,12 +108,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce_coalesced(
     check_reducible(t, opts.reduceOp, "allreduce_coalesced");
   }
   std::vector<at::Tensor> tensors = as_elems(given);
+  std::vector<SmddpReduction> ops;
+  ops.reserve(tensors.size());
   for (const auto& t : tensors) {
-    (void)check_allreduce(t, opts.reduceOp);
+    ops.push_back(check_allreduce(t, opts.reduceOp));
   }
   auto work = new_work(c10d::OpType::ALLREDUCE_COALESCED, tensors, opts);
-  for (const auto& t : tensors) {
-    issue_allreduce(work, t, opts.reduceOp);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    issue_allreduce(work, tensors[i], ops[i]);
   }
   return enqueue(work);
 }
@@ -253,12 +257,9 @@ void ProcessGroupSMDDP::allreduce_now(at::Tensor& given, const c10d::ReduceOp& r
     allreduce(tensors, opts)->wait();
     return;
   }
-  smddp_coll_attr_t attr = SMDDP_COLL_ATTR_INIT;
-  attr.premul_factor = op.factor;
   InUse in_use(*this);
   ++seq_;
-  smddp_status_t st = smddp_allreduce(comm_, tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
-                                      op.dtype, op.op, &attr, nullptr);
+  smddp_status_t st = blocking_allreduce(tensor, op, 0);
   if (st != SMDDP_OK) {
     fail_now(c10d::OpType::ALLREDUCE, "allreduce", st);
   }

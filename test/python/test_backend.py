@@ -806,6 +806,21 @@ def test_monitored_barrier_names_late_ranks(world):
     run_ranks(_check_monitored_barrier, world)
 
 
+def _fails_in_time(failures, what, call, lo, hi):
+    """Runs call(), which must raise DistBackendError after lo to hi seconds;
+    returns the error, or None (noted in failures) where it returned."""
+    start = time.monotonic()
+    try:
+        call()
+    except dist.DistBackendError as err:
+        took = time.monotonic() - start
+        if not lo < took < hi:
+            failures.append(f"{what}: raised after {took:.1f} s, not within {lo}-{hi} s")
+        return err
+    failures.append(f"{what} returned without its peers")
+    return None
+
+
 def _check_op_timeouts(rank, world, gloo):
     """Each collective called with options that set a timeout fails after that
     timeout (1 s), not the group's (60 s), naming it, when a peer never
@@ -877,17 +892,11 @@ def _check_op_timeouts(rank, world, gloo):
     dist.barrier(group=gloo)  # rank 0 comes from its timeouts above
     pg = dist.new_group(backend="smddp", timeout=timedelta(seconds=1))
     if rank == 0:
-        start = time.monotonic()
-        try:
-            dist.all_reduce(torch.ones(4), group=pg)
-            failures.append("a blocking all_reduce without its peers completed")
-        except dist.DistBackendError as err:
-            took = time.monotonic() - start
-            if not 0.9 < took < 3:
-                failures.append(f"blocking all_reduce: its 1 s timeout fired after {took:.1f} s")
-            if "timed out after 1.000 s" not in str(err) or pg.group_name not in str(err):
-                failures.append(f"blocking all_reduce: the error does not give its timeout "
-                                f"and group: {err}")
+        err = _fails_in_time(failures, "a blocking all_reduce (1 s timeout)",
+                             lambda: dist.all_reduce(torch.ones(4), group=pg), 0.9, 3)
+        if err and ("timed out after 1.000 s" not in str(err) or pg.group_name not in str(err)):
+            failures.append(f"blocking all_reduce: the error does not give its timeout "
+                            f"and group: {err}")
         try:
             dist.all_reduce(torch.ones(4), group=pg)
             failures.append("a blocking all_reduce on the failed group completed")
@@ -1781,16 +1790,10 @@ def _check_direct_call_fails(rank, world, gloo):
     if rank == 1:
         time.sleep(4)  # never joins
         return failures
-    start = time.monotonic()
-    try:
-        smddp.all_reduce(torch.ones(4), group=sub)
-        failures.append("smddp.all_reduce without its peer returned")
-    except dist.DistBackendError as err:
-        took = time.monotonic() - start
-        if not 1.5 < took < 4:
-            failures.append(f"raised after {took:.1f} s; the group's timeout is 2 s")
-        if "ALLREDUCE" not in str(err) or "timed out" not in str(err):
-            failures.append(f"the error does not name the op and the timeout: {err}")
+    err = _fails_in_time(failures, "smddp.all_reduce (2 s timeout)",
+                         lambda: smddp.all_reduce(torch.ones(4), group=sub), 1.5, 4)
+    if err and ("ALLREDUCE" not in str(err) or "timed out" not in str(err)):
+        failures.append(f"the error does not name the op and the timeout: {err}")
     return failures
 
 
