@@ -80,6 +80,7 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     SMDDP_CHECK_GOTO(smddp__topo_check(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__shm_setup(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__pool_setup(comm), st, fail_shm);
+    SMDDP_CHECK_GOTO(smddp__cma_setup(comm), st, fail_shm);
     comm->progress = smddp__progress_new(comm);
     if (comm->node_count > 1) {
         SMDDP_CHECK_GOTO(smddp__ofi_setup(comm), st, fail_shm);

@@ -75,6 +75,17 @@ static const param_row_t rows[] = {
      "collective that uses the pool (until then a new allocation reuses it backed); 0: at once, "
      "when freed",
      OFF(shm_pool_release_ms), 0, NULL},
+    {"SMDDP_SHM_CMA", P_ENUM, "auto",
+     "allgather inside a node: ranks read each other's inputs with cross-memory attach "
+     "(process_vm_readv: one copy where staging makes two); auto: when every local rank can "
+     "and they do not outnumber their CPUs; on: whenever every local rank can; off: never",
+     OFF(shm_cma), 0, "auto|on|off"},
+    {"SMDDP_SHM_CMA_MIN", P_SIZE, "8192",
+     "the smallest allgather, in bytes per rank, that cross-memory attach serves (SMDDP_SHM_CMA)",
+     OFF(shm_cma_min), 0, NULL},
+    {"SMDDP_SHM_CMA_MAX", P_SIZE, "16777216",
+     "the largest allgather, in bytes per rank, that cross-memory attach serves; larger ones are "
+     "staged", OFF(shm_cma_max), 0, NULL},
     {"SMDDP_STREAM_MIN", P_SIZE, "8388608",
      "collectives moving at least this many bytes write results with non-temporal stores",
      OFF(stream_min), 0, NULL},

@@ -19,6 +19,7 @@ typedef enum smddp__cuda_net { SMDDP_CUDA_NET_AUTO, SMDDP_CUDA_NET_STAGED, SMDDP
 typedef enum smddp__cuda_sync { SMDDP_CUDA_SYNC_EVENTS, SMDDP_CUDA_SYNC_KERNEL } smddp__cuda_sync_t;
 typedef enum smddp__net_algo { SMDDP_NET_AUTO, SMDDP_NET_FLAT, SMDDP_NET_HIER } smddp__net_algo_t;
 typedef enum smddp__ofi_mr { SMDDP_OFI_MR_AUTO, SMDDP_OFI_MR_ALWAYS } smddp__ofi_mr_t;
+typedef enum smddp__shm_cma { SMDDP_CMA_AUTO, SMDDP_CMA_ON, SMDDP_CMA_OFF } smddp__shm_cma_t;
 typedef enum smddp__thread_sched { SMDDP_THREAD_BATCH, SMDDP_THREAD_NORMAL } smddp__thread_sched_t;
 
 typedef struct smddp__params {
@@ -37,6 +38,9 @@ typedef struct smddp__params {
     int64_t shm_pool;           /* SMDDP_SHM_POOL_SIZE bytes per rank (0: no pool) */
     int shm_pool_reserve_pct;   /* SMDDP_SHM_POOL_RESERVE_PCT: % of /dev/shm pools leave free */
     int shm_pool_release_ms;    /* SMDDP_SHM_POOL_RELEASE_MS: idle freed pool memory given back */
+    smddp__shm_cma_t shm_cma;   /* SMDDP_SHM_CMA: cross-memory attach inside a node */
+    int64_t shm_cma_min;        /* SMDDP_SHM_CMA_MIN: allgather bytes per rank read so */
+    int64_t shm_cma_max;        /* SMDDP_SHM_CMA_MAX: ... up to this */
     int64_t stream_min;         /* SMDDP_STREAM_MIN: results this large bypass the caches */
     int64_t p2p_buffer;         /* SMDDP_P2P_BUFFER_SIZE bytes per rank pair */
     int64_t p2p_set_aside_max;  /* SMDDP_P2P_SET_ASIDE_MAX bytes */

@@ -40,8 +40,10 @@ smddp_status_t smddp__coll_broadcast(smddp_comm_t comm, smddp__op_t *op)
 
 /*
  * Allgather and gather: with root >= 0 only the root copies out. An
- * allgather input in a pool (transport/shm_pool.c) is not staged: peers copy
- * it from where it lies, and when every input is pooled, in one step.
+ * allgather input that peers can reach where it lies is not staged: one in
+ * a pool (transport/shm_pool.c) they copy, any other they read by
+ * cross-memory attach (transport/shm_cma.c) when the size calls for it.
+ * When every input is reached so, the whole op is one step.
  */
 static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root)
 {
@@ -53,43 +55,64 @@ static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root
     char *recv = op->recvbuf;
     int stream = bytes * (size_t)p >= (size_t)smddp__params()->stream_min;
     smddp__pooled_t pl = {0};
-    uint64_t in_ref = 0;
+    uint64_t in_ref = 0, addr[SMDDP_MAX_LOCAL]; /* peers' inputs by cross-memory attach */
     bool pools = root < 0 && smddp__pool_on(comm);
-    if (pools) {
+    bool cma = root < 0 && p > 1 && smddp__cma_use(comm, bytes);
+    bool in_place_ok = false, one_step = false;
+    if (root < 0) {
+        /* Peers may read the input in place unless this rank's output overlaps it elsewhere. */
         const char *own = recv + (size_t)comm->local_ranks[me] * bytes;
-        if (send == own || smddp__disjoint(send, bytes, recv, bytes * (size_t)comm->size))
-            in_ref = smddp__pool_ref(comm, send, bytes);
+        in_place_ok = send == own || smddp__disjoint(send, bytes, recv, bytes * (size_t)comm->size);
+    }
+    if (pools) {
+        if (in_place_ok) in_ref = smddp__pool_ref(comm, send, bytes);
         smddp__pool_publish(comm, op, in_ref, 0);
     }
+    if (cma) smddp__cma_publish(comm, op, in_place_ok ? send : NULL);
+    bool direct = in_ref || (cma && in_place_ok); /* peers read this rank's input in place */
     for (size_t off = 0; off < bytes; off += half) {
         size_t n = SMDDP_MIN(half, bytes - off);
         SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
-        if (!in_ref) memcpy(smddp__shm_buf(comm, me, h), send + off, n);
+        if (!direct) memcpy(smddp__shm_buf(comm, me, h), send + off, n);
         uint32_t t = smddp__shm_post(comm);
         if (root >= 0 && root != me) SMDDP_CHECK(smddp__shm_wait(comm, op, root, t));
         if (root < 0 || root == me) {
             SMDDP_CHECK(smddp__shm_wait_all(comm, op, t));
-            if (off == 0 && pools) {
-                smddp__pool_peers(comm, op, t, &pl);
-                if (pl.all_in) {
-                    op->algo = "in pools";
+            if (off == 0 && (pools || cma)) {
+                if (pools) smddp__pool_peers(comm, op, t, &pl);
+                one_step = true;
+                for (int q = 0; q < p; q++) {
+                    addr[q] = 0;
+                    if (cma && q != me) SMDDP_CHECK(smddp__cma_peer(comm, op, q, t, &addr[q]));
+                    one_step &= q == me ? direct : (pl.in && pl.in[q]) || addr[q];
+                }
+                if (one_step) {
+                    op->algo = pl.all_in ? "in pools" : "cross-memory attach";
                     n = bytes;
-                    off = bytes; /* one step */
+                    off = bytes;
                 }
             }
-            size_t at = pl.all_in ? 0 : off;
+            size_t at = one_step ? 0 : off;
             for (int q = 0; q < p; q++) {
                 char *dst = recv + (size_t)comm->local_ranks[q] * bytes + at;
-                const char *src = pl.in && pl.in[q] ? pl.in[q] + at : smddp__shm_buf(comm, q, h);
-                /* Own data too comes from staging: in place, recv may overlap send. */
-                if (q == me && (dst == send + at || in_ref)) src = send + at;
-                if (dst != src) smddp__copy(dst, src, n, stream);
+                if (q == me) {
+                    /* Own data comes from staging unless in place: recv may overlap send. */
+                    const char *src =
+                        direct || dst == send + at ? send + at : smddp__shm_buf(comm, q, h);
+                    if (dst != src) smddp__copy(dst, src, n, stream);
+                } else if (pl.in && pl.in[q]) {
+                    smddp__copy(dst, pl.in[q] + at, n, stream);
+                } else if (cma && addr[q]) {
+                    SMDDP_CHECK(smddp__cma_read(comm, op, q, dst, addr[q] + at, n));
+                } else {
+                    smddp__copy(dst, smddp__shm_buf(comm, q, h), n, stream);
+                }
             }
         }
         smddp__shm_step_end(comm, h);
     }
     /* Peers read my input in place: it is mine again once they all ended their last step. */
-    return in_ref ? smddp__shm_step_wait(comm, op, h) : SMDDP_OK;
+    return direct ? smddp__shm_step_wait(comm, op, h) : SMDDP_OK;
 }
 
 smddp_status_t smddp__coll_scatter(smddp_comm_t comm, smddp__op_t *op)

@@ -123,6 +123,7 @@ static void set_wait_policy(smddp__shm_t *s, int p)
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     if (online > 0 && cpus > online) cpus = (int)online;
     bool oversubscribed = p > cpus;
+    s->oversubscribed = oversubscribed;
     /*
      * Spin for about the skew between ranks that call in from Python (tens
      * of microseconds) when every rank has a core; barely when ranks share

@@ -141,6 +141,29 @@ void smddp__pool_peers(smddp_comm_t comm, const smddp__op_t *op, uint32_t tag,
                        smddp__pooled_t *out);
 
 /*
+ * Cross-memory attach (shm_cma.c): reading a local peer's memory with
+ * process_vm_readv. setup (collective over the local ranks, after
+ * smddp__shm_setup) finds out whether every local rank can read every
+ * other, and leaves it off for all when one cannot (an INFO line says why).
+ * smddp__cma_use: whether an allgather of `bytes` per rank reads peers'
+ * inputs so (the same answer on every local rank).
+ */
+smddp_status_t smddp__cma_setup(smddp_comm_t comm);
+bool smddp__cma_use(smddp_comm_t comm, size_t bytes);
+/*
+ * Publishes the address of this rank's input for the next post; NULL when
+ * peers must read it staged. In the order of pool_publish's contract: right
+ * before that post's step.
+ */
+void smddp__cma_publish(smddp_comm_t comm, const smddp__op_t *op, const void *in);
+/* After waiting for local rank lr's post `tag`: the address it published (0: staged). */
+smddp_status_t smddp__cma_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t tag,
+                               uint64_t *addr);
+/* Reads len bytes at addr in local rank lr's process into dst. */
+smddp_status_t smddp__cma_read(smddp_comm_t comm, smddp__op_t *op, int lr, void *dst,
+                               uint64_t addr, size_t len);
+
+/*
  * Point-to-point through the pair rings, never blocking: put copies up to len
  * bytes into the ring towards dst_lr (src NULL writes nothing but advances),
  * get copies out of the ring from src_lr (dst NULL discards); both return the

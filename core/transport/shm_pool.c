@@ -43,7 +43,6 @@
 #include "shm_segment.h"
 
 #define POOL_ALIGN 4096
-#define RECORD_OFFSET 256
 #define RECORD_WRITING UINT64_MAX
 
 typedef struct range {
@@ -72,8 +71,8 @@ typedef struct pool_record {
     uint64_t in_ref, out_ref;
 } pool_record_t;
 
-_Static_assert(RECORD_OFFSET >= sizeof(smddp__op_desc_t) &&
-                   RECORD_OFFSET + sizeof(pool_record_t) <= SMDDP_SHM_META_SIZE,
+_Static_assert(META_POOL_RECORD >= sizeof(smddp__op_desc_t) &&
+                   META_POOL_RECORD + sizeof(pool_record_t) <= META_CMA_RECORD,
                "the pool record fits the metadata slot after the desc");
 
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -588,14 +587,9 @@ uint64_t smddp__pool_ref(smddp_comm_t comm, const void *ptr, size_t bytes)
 
 bool smddp__pool_on(smddp_comm_t comm) { return comm->shm->pool != NULL; }
 
-static uint64_t record_tag(const smddp__op_t *op, uint32_t post)
-{
-    return (op->seq & 0x7fffffffu) << 32 | post;
-}
-
 static pool_record_t *record(smddp_comm_t comm, int lr, uint64_t seq)
 {
-    return (pool_record_t *)((char *)smddp__shm_meta(comm, lr, (int)(seq & 1)) + RECORD_OFFSET);
+    return (pool_record_t *)((char *)smddp__shm_meta(comm, lr, (int)(seq & 1)) + META_POOL_RECORD);
 }
 
 void smddp__pool_publish(smddp_comm_t comm, const smddp__op_t *op, uint64_t in_ref,
@@ -614,7 +608,8 @@ void smddp__pool_publish(smddp_comm_t comm, const smddp__op_t *op, uint64_t in_r
     *(volatile uint64_t *)&r->in_ref = in_ref;
     *(volatile uint64_t *)&r->out_ref = out_ref;
     /* The next post carries this value; it orders the record before it. */
-    atomic_store_explicit(&r->tag, record_tag(op, comm->shm->my_ctr + 1), memory_order_release);
+    atomic_store_explicit(&r->tag, shm_record_tag(op->seq, comm->shm->my_ctr + 1),
+                          memory_order_release);
 }
 
 static void pool_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t tag,
@@ -622,7 +617,7 @@ static void pool_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t
 {
     smddp__shm_t *s = comm->shm;
     pool_record_t *r = record(comm, lr, op->seq);
-    uint64_t want = record_tag(op, tag);
+    uint64_t want = shm_record_tag(op->seq, tag);
     *in = *out = NULL;
     if (atomic_load_explicit(&r->tag, memory_order_acquire) != want) return;
     uint64_t in_ref = *(volatile uint64_t *)&r->in_ref;

@@ -27,8 +27,31 @@ typedef struct shm_ctrl {
     _Atomic int32_t pid;
     _Atomic uint32_t left; /* set when the rank destroyed its communicator */
     uint64_t cpus[AFFINITY_WORDS]; /* the rank's CPU affinity, CPUs 0-767 */
-    char pad[CACHELINE - 16 - AFFINITY_WORDS * 8];
+    /*
+     * Cross-memory attach (shm_cma.c), written at setup: the address of a
+     * word of this rank's that peers read to prove they can, the value they
+     * must find there, this rank's SMDDP_SHM_CMA_MIN and _MAX, then its
+     * verdict (shm_cma.c).
+     */
+    uint64_t cma_probe_addr, cma_probe_val;
+    uint64_t cma_min, cma_max;
+    _Atomic uint32_t cma_verdict;
+    char pad[2 * CACHELINE - 16 - AFFINITY_WORDS * 8 - 36];
 } shm_ctrl_t;
+_Static_assert(sizeof(shm_ctrl_t) == 2 * CACHELINE, "a control block is two cache lines");
+
+/*
+ * Where the records of a step lie in a rank's metadata slot, after the op's
+ * desc: the pool record (shm_pool.c) and the cross-memory-attach record
+ * (shm_cma.c). Both are tagged with the op's seq in the high 32 bits and the
+ * value of the post they precede in the low ones.
+ */
+#define META_POOL_RECORD 256
+#define META_CMA_RECORD 320
+static inline uint64_t shm_record_tag(uint64_t seq, uint32_t post)
+{
+    return (seq & 0x7fffffffu) << 32 | post;
+}
 
 /*
  * Where a local rank is (written by it alone): the op it runs, the last op
@@ -89,6 +112,10 @@ struct smddp__shm {
     size_t pool_size;
     char pool_name[64];       /* until unlinked */
     char pool_off[200];       /* why there are no pools; "" when there are */
+    bool oversubscribed;      /* the local ranks outnumber the CPUs they may run on */
+    uint64_t cma_probe;       /* the word peers read at setup (shm_cma.c) */
+    bool cma_on;              /* every local rank reads every other by cross-memory attach */
+    size_t cma_min, cma_max;  /* agreed: allgather bytes per rank read so */
 };
 
 /* An unguessable /dev/shm name, "/smddp-PID-HEX". */

@@ -25,6 +25,21 @@
 
 int harness_store_port;
 
+int harness_trace_count(smddp_comm_t comm, const char *what)
+{
+    char path[256], line[4096];
+    snprintf(path, sizeof(path), "/tmp/smddp-test-trace-count-%d.json", (int)getpid());
+    H_OK(smddp_comm_dump_trace(comm, path, NULL, 0));
+    FILE *f = fopen(path, "r");
+    H_CHECK(f != NULL, "cannot read %s", path);
+    int n = 0;
+    while (fgets(line, sizeof(line), f))
+        for (const char *p = line; (p = strstr(p, what)) != NULL; p += strlen(what)) n++;
+    fclose(f);
+    unlink(path);
+    return n;
+}
+
 int harness_shm_count(void)
 {
     int n = 0;

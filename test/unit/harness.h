@@ -45,6 +45,8 @@ smddp_comm_t harness_comm(int rank, int size, const char *prefix);
 smddp_status_t harness_try_comm(int rank, int size, const char *prefix, int64_t timeout_ms,
                                 smddp_comm_t *comm);
 
+/* How many times the communicator's flight recorder dump says `what` (in a rank). */
+int harness_trace_count(smddp_comm_t comm, const char *what);
 /* Counts /dev/shm entries whose name starts with "smddp-". */
 int harness_shm_count(void);
 

@@ -296,25 +296,9 @@ static void put(bool pooled, void *p)
     else free(p);
 }
 
-/* How many times the flight recorder's dump says `what`. */
-static int trace_count(smddp_comm_t comm, int rank, const char *what)
+static bool trace_says(smddp_comm_t comm, const char *what)
 {
-    char path[256], line[4096];
-    snprintf(path, sizeof(path), "/tmp/smddp-test-pool-%d-%d.json", (int)getpid(), rank);
-    H_OK(smddp_comm_dump_trace(comm, path, NULL, 0));
-    FILE *f = fopen(path, "r");
-    H_CHECK(f != NULL, "cannot read %s", path);
-    int n = 0;
-    while (fgets(line, sizeof(line), f))
-        for (const char *p = line; (p = strstr(p, what)) != NULL; p += strlen(what)) n++;
-    fclose(f);
-    unlink(path);
-    return n;
-}
-
-static bool trace_says(smddp_comm_t comm, int rank, const char *what)
-{
-    return trace_count(comm, rank, what) > 0;
+    return harness_trace_count(comm, what) > 0;
 }
 
 static void coll_rank(smddp_comm_t comm, int rank, int size, void *arg)
@@ -379,11 +363,11 @@ static void coll_rank(smddp_comm_t comm, int rank, int size, void *arg)
         put(pooled, in);
         put(pooled, out);
     }
-    bool in_pools = trace_says(comm, rank, "\"in pools\"");
+    bool in_pools = trace_says(comm, "\"in pools\"");
     H_CHECK(in_pools == (mode == ALL_POOLED), "the flight recorder %s \"in pools\" with mode %d",
             in_pools ? "names" : "does not name", mode);
     /* Out of place, small allreduces are one-shot unless two-shot is forced. */
-    bool oneshot = trace_says(comm, rank, "\"one-shot in pools\"");
+    bool oneshot = trace_says(comm, "\"one-shot in pools\"");
     bool twoshot_only = getenv("SMDDP_ALLREDUCE_ALGO") != NULL;
     H_CHECK(oneshot == (mode == ALL_POOLED && !twoshot_only), "the flight recorder %s \"one-shot "
             "in pools\" with mode %d", oneshot ? "names" : "does not name", mode);
@@ -419,7 +403,7 @@ static void repeat_rank(smddp_comm_t comm, int rank, int size, void *arg)
      * Per size: round 0 staged, round 1 in the pools, round 2 (rank 1 not
      * pooled) two-shot staged, round 3 one-shot again.
      */
-    int in_pools = trace_count(comm, rank, "\"in pools\"");
+    int in_pools = harness_trace_count(comm, "\"in pools\"");
     H_CHECK(in_pools == 4, "%d allreduces ran in pools, not 4", in_pools);
 }
 
