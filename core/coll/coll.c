@@ -1,8 +1,10 @@
 /*
  * The data-movement collectives among the ranks of one node that reduce
- * nothing (broadcast, allgather, gather, scatter, all-to-all, barrier). Every one moves data in rounds of one staging half: the writer
- * copies into its own half, posts, and readers copy out of the writer's half
- * (see transport/shm.h for the counter protocol).
+ * nothing (broadcast, allgather, gather, scatter, all-to-all, barrier).
+ * Every one moves data in rounds of one staging half: the writer copies
+ * into its own half, posts, and readers copy out of the writer's half (see
+ * transport/shm.h for the counter protocol). Allgather reads inputs where
+ * they lie when it can.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -70,20 +72,21 @@ static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root
     }
     if (cma) smddp__cma_publish(comm, op, in_place_ok ? send : NULL);
     bool direct = in_ref || (cma && in_place_ok); /* peers read this rank's input in place */
+    smddp_status_t st = SMDDP_OK;
     for (size_t off = 0; off < bytes; off += half) {
         size_t n = SMDDP_MIN(half, bytes - off);
-        SMDDP_CHECK(smddp__shm_step_begin(comm, op, &h));
+        SMDDP_CHECK_GOTO(smddp__shm_step_begin(comm, op, &h), st, out);
         if (!direct) memcpy(smddp__shm_buf(comm, me, h), send + off, n);
         uint32_t t = smddp__shm_post(comm);
-        if (root >= 0 && root != me) SMDDP_CHECK(smddp__shm_wait(comm, op, root, t));
+        if (root >= 0 && root != me) SMDDP_CHECK_GOTO(smddp__shm_wait(comm, op, root, t), st, out);
         if (root < 0 || root == me) {
-            SMDDP_CHECK(smddp__shm_wait_all(comm, op, t));
+            SMDDP_CHECK_GOTO(smddp__shm_wait_all(comm, op, t), st, out);
             if (off == 0 && (pools || cma)) {
                 if (pools) smddp__pool_peers(comm, op, t, &pl);
                 one_step = true;
                 for (int q = 0; q < p; q++) {
                     addr[q] = 0;
-                    if (cma && q != me) SMDDP_CHECK(smddp__cma_peer(comm, op, q, t, &addr[q]));
+                    if (cma && q != me) addr[q] = smddp__cma_peer(comm, op, q, t);
                     one_step &= q == me ? direct : (pl.in && pl.in[q]) || addr[q];
                 }
                 if (one_step) {
@@ -103,7 +106,7 @@ static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root
                 } else if (pl.in && pl.in[q]) {
                     smddp__copy(dst, pl.in[q] + at, n, stream);
                 } else if (cma && addr[q]) {
-                    SMDDP_CHECK(smddp__cma_read(comm, op, q, dst, addr[q] + at, n));
+                    SMDDP_CHECK_GOTO(smddp__cma_read(comm, op, q, dst, addr[q] + at, n), st, out);
                 } else {
                     smddp__copy(dst, smddp__shm_buf(comm, q, h), n, stream);
                 }
@@ -111,8 +114,19 @@ static smddp_status_t gather_common(smddp_comm_t comm, smddp__op_t *op, int root
         }
         smddp__shm_step_end(comm, h);
     }
-    /* Peers read my input in place: it is mine again once they all ended their last step. */
-    return direct ? smddp__shm_step_wait(comm, op, h) : SMDDP_OK;
+out:
+    /*
+     * Peers read my input in place: it is mine again once they all ended
+     * their last step, also when this rank failed (a peer may be reading).
+     */
+    if (direct) {
+        char msg[SMDDP_ERRMSG_MAX];
+        if (st < 0) snprintf(msg, sizeof(msg), "%s", smddp__last_error());
+        smddp_status_t waited = smddp__shm_step_wait(comm, op, h);
+        if (st == SMDDP_OK) st = waited;
+        else if (waited < 0) smddp__error_quiet(st, "%s", msg); /* the first failure's message */
+    }
+    return st;
 }
 
 smddp_status_t smddp__coll_scatter(smddp_comm_t comm, smddp__op_t *op)

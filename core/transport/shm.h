@@ -157,8 +157,7 @@ bool smddp__cma_use(smddp_comm_t comm, size_t bytes);
  */
 void smddp__cma_publish(smddp_comm_t comm, const smddp__op_t *op, const void *in);
 /* After waiting for local rank lr's post `tag`: the address it published (0: staged). */
-smddp_status_t smddp__cma_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t tag,
-                               uint64_t *addr);
+uint64_t smddp__cma_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t tag);
 /* Reads len bytes at addr in local rank lr's process into dst. */
 smddp_status_t smddp__cma_read(smddp_comm_t comm, smddp__op_t *op, int lr, void *dst,
                                uint64_t addr, size_t len);

@@ -35,6 +35,7 @@
 #define VERDICT_NO 1u
 #define VERDICT_YES 2u
 #define VERDICT_ON 3u
+#define RECORD_WRITING UINT64_MAX
 
 typedef struct cma_record {
     _Atomic uint64_t tag;
@@ -118,6 +119,8 @@ smddp_status_t smddp__cma_setup(smddp_comm_t comm)
     char why[200] = "";
     if (st == SMDDP_OK) {
         probe_peers(comm, why, sizeof(why));
+        /* sysconf may follow this rank's own affinity: each says what it sees. */
+        atomic_store(&mine->cma_crowded, s->oversubscribed);
         atomic_store(&mine->cma_verdict, why[0]                            ? VERDICT_NO
                                          : params->shm_cma == SMDDP_CMA_ON ? VERDICT_ON
                                                                            : VERDICT_YES);
@@ -133,10 +136,12 @@ smddp_status_t smddp__cma_setup(smddp_comm_t comm)
     uint64_t lo = 0, hi = UINT64_MAX;
     int refused = -1;
     bool forced = true; /* every rank was told "on": sharing CPUs does not turn it off */
+    bool crowded = false;
     for (int q = 0; q < p; q++) {
         uint32_t verdict = atomic_load(&s->ctrl[q].cma_verdict);
         if (refused < 0 && verdict != VERDICT_YES && verdict != VERDICT_ON) refused = q;
         forced &= verdict == VERDICT_ON;
+        crowded |= atomic_load(&s->ctrl[q].cma_crowded) != 0;
         lo = SMDDP_MAX(lo, s->ctrl[q].cma_min);
         hi = SMDDP_MIN(hi, s->ctrl[q].cma_max);
     }
@@ -145,7 +150,7 @@ smddp_status_t smddp__cma_setup(smddp_comm_t comm)
     else if (refused >= 0)
         SMDDP_INFO("rank %d: cross-memory attach off: local rank %d cannot use it", comm->rank,
                    refused);
-    else if (s->oversubscribed && !forced)
+    else if (crowded && !forced)
         SMDDP_INFO("rank %d: cross-memory attach off: the %d local ranks outnumber their CPUs "
                    "(SMDDP_SHM_CMA=on on every rank uses it all the same)",
                    comm->rank, p);
@@ -153,7 +158,7 @@ smddp_status_t smddp__cma_setup(smddp_comm_t comm)
         SMDDP_INFO("rank %d: cross-memory attach off: the local ranks' SMDDP_SHM_CMA_MIN and "
                    "SMDDP_SHM_CMA_MAX leave no size",
                    comm->rank);
-    if (refused >= 0 || (s->oversubscribed && !forced) || lo > hi) return SMDDP_OK;
+    if (refused >= 0 || (crowded && !forced) || lo > hi) return SMDDP_OK;
     s->cma_on = true;
     s->cma_min = (size_t)lo;
     s->cma_max = (size_t)hi;
@@ -172,24 +177,27 @@ bool smddp__cma_use(smddp_comm_t comm, size_t bytes)
 void smddp__cma_publish(smddp_comm_t comm, const smddp__op_t *op, const void *in)
 {
     cma_record_t *r = record(comm, comm->local_rank, op->seq);
+    atomic_store_explicit(&r->tag, RECORD_WRITING, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
     *(volatile uint64_t *)&r->addr = (uint64_t)(uintptr_t)in;
     /* The next post carries this value; it orders the record before it. */
     atomic_store_explicit(&r->tag, shm_record_tag(op->seq, comm->shm->my_ctr + 1),
                           memory_order_release);
 }
 
-smddp_status_t smddp__cma_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t tag,
-                               uint64_t *addr)
+/*
+ * A record tagged otherwise, or rewritten while read, is the next op's with
+ * the same parity: only a rank whose input is staged leaves an op before its
+ * peers have read its record, so this op's address was 0.
+ */
+uint64_t smddp__cma_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t tag)
 {
     cma_record_t *r = record(comm, lr, op->seq);
     uint64_t want = shm_record_tag(op->seq, tag);
-    if (atomic_load_explicit(&r->tag, memory_order_acquire) != want)
-        return smddp__error(SMDDP_ERR_INTERNAL,
-                            "local rank %d's cross-memory-attach record is not for post %u of op "
-                            "%" PRIu64,
-                            lr, tag, op->seq);
-    *addr = *(volatile uint64_t *)&r->addr;
-    return SMDDP_OK;
+    if (atomic_load_explicit(&r->tag, memory_order_acquire) != want) return 0;
+    uint64_t addr = *(volatile uint64_t *)&r->addr;
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&r->tag, memory_order_relaxed) == want ? addr : 0;
 }
 
 smddp_status_t smddp__cma_read(smddp_comm_t comm, smddp__op_t *op, int lr, void *dst,

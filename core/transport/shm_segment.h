@@ -31,12 +31,12 @@ typedef struct shm_ctrl {
      * Cross-memory attach (shm_cma.c), written at setup: the address of a
      * word of this rank's that peers read to prove they can, the value they
      * must find there, this rank's SMDDP_SHM_CMA_MIN and _MAX, then its
-     * verdict (shm_cma.c).
+     * verdict and whether it sees the local ranks outnumber the CPUs.
      */
     uint64_t cma_probe_addr, cma_probe_val;
     uint64_t cma_min, cma_max;
-    _Atomic uint32_t cma_verdict;
-    char pad[2 * CACHELINE - 16 - AFFINITY_WORDS * 8 - 36];
+    _Atomic uint32_t cma_verdict, cma_crowded;
+    char pad[2 * CACHELINE - 16 - AFFINITY_WORDS * 8 - 40];
 } shm_ctrl_t;
 _Static_assert(sizeof(shm_ctrl_t) == 2 * CACHELINE, "a control block is two cache lines");
 
