@@ -178,8 +178,15 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
     const void *srcs[MAX_LOCAL];
     smddp__reduce_spec_t spec = op->spec;
     spec.avg_div = comm->size;
-    int stream = op->count * es >= (size_t)smddp__params()->stream_min;
     bool copy_out = root_lr < 0 || root_lr == me;
+    /*
+     * Non-temporal stores only into an output that is not the input: in
+     * place, each round's lines were just read and sit in this core's
+     * cache, and streaming over them measured 1.5x slower at 16-64 MiB
+     * (bench/RESULTS.md).
+     */
+    int stream = op->count * es >= (size_t)smddp__params()->stream_min && copy_out &&
+                 smddp__disjoint(send, op->count * es, recv, op->count * es);
     smddp__pooled_t pl = {0};
     uint64_t in_ref = 0;
     if (smddp__pool_on(comm)) {
@@ -291,7 +298,9 @@ smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
     spec.avg_div = comm->size;
 
     if (round_elems == 0) round_elems = 1;
-    int stream = n * es >= (size_t)smddp__params()->stream_min / (size_t)p;
+    /* As in two-shot: no non-temporal stores over the input's own lines. */
+    int stream = n * es >= (size_t)smddp__params()->stream_min / (size_t)p &&
+                 smddp__disjoint(send, n * (size_t)p * es, recv, n * es);
     smddp__pooled_t pl = {0};
     uint64_t in_ref = 0;
     if (smddp__pool_on(comm)) {
