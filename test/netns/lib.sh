@@ -70,6 +70,10 @@ add_node() {
     ip -n "$ns" addr add "$(ns_addr "$i")/24" dev eth0 || return 1
     ip -n "$ns" link set eth0 up || return 1
     ip -n "$ns" link set lo up || return 1
+    # Outgoing connections take ports from 50000 up, clear of the store's
+    # (20000-39999) and of the ranges jobs give libfabric (41000-41999): a
+    # port an earlier job's connection left in TIME_WAIT cannot be bound.
+    ip netns exec "$ns" sysctl -qw net.ipv4.ip_local_port_range="50000 60999" || return 1
     ip link set "${NS_TAG}h$i" master "$br" || return 1
     ip link set "${NS_TAG}h$i" up || return 1
 }
