@@ -253,8 +253,7 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
      * job is killed later. On failure the name is removed below.
      */
     comm->shm = s;
-    smddp__op_t setup = {.kind = SMDDP_OP_BARRIER, .comm = comm};
-    setup.deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
+    smddp__op_t setup = shm_setup_op(comm);
     st = smddp__shm_sync(comm, &setup);
     if (st < 0) {
         char msg[SMDDP_ERRMSG_MAX];

@@ -35,7 +35,6 @@
 #define VERDICT_NO 1u
 #define VERDICT_YES 2u
 #define VERDICT_ON 3u
-#define RECORD_WRITING UINT64_MAX
 
 typedef struct cma_record {
     _Atomic uint64_t tag;
@@ -113,8 +112,7 @@ smddp_status_t smddp__cma_setup(smddp_comm_t comm)
     mine->cma_probe_val = s->cma_probe;
     mine->cma_min = (uint64_t)params->shm_cma_min;
     mine->cma_max = (uint64_t)params->shm_cma_max;
-    smddp__op_t setup = {.kind = SMDDP_OP_BARRIER, .comm = comm};
-    setup.deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
+    smddp__op_t setup = shm_setup_op(comm);
     smddp_status_t st = smddp__shm_sync(comm, &setup);
     char why[200] = "";
     if (st == SMDDP_OK) {
@@ -177,12 +175,9 @@ bool smddp__cma_use(smddp_comm_t comm, size_t bytes)
 void smddp__cma_publish(smddp_comm_t comm, const smddp__op_t *op, const void *in)
 {
     cma_record_t *r = record(comm, comm->local_rank, op->seq);
-    atomic_store_explicit(&r->tag, RECORD_WRITING, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
+    shm_record_open(&r->tag);
     *(volatile uint64_t *)&r->addr = (uint64_t)(uintptr_t)in;
-    /* The next post carries this value; it orders the record before it. */
-    atomic_store_explicit(&r->tag, shm_record_tag(op->seq, comm->shm->my_ctr + 1),
-                          memory_order_release);
+    shm_record_close(&r->tag, shm_record_tag(op->seq, comm->shm->my_ctr + 1)); /* the next post */
 }
 
 /*
@@ -194,10 +189,9 @@ uint64_t smddp__cma_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint3
 {
     cma_record_t *r = record(comm, lr, op->seq);
     uint64_t want = shm_record_tag(op->seq, tag);
-    if (atomic_load_explicit(&r->tag, memory_order_acquire) != want) return 0;
+    if (!shm_record_is(&r->tag, want)) return 0;
     uint64_t addr = *(volatile uint64_t *)&r->addr;
-    atomic_thread_fence(memory_order_acquire);
-    return atomic_load_explicit(&r->tag, memory_order_relaxed) == want ? addr : 0;
+    return shm_record_still(&r->tag, want) ? addr : 0;
 }
 
 smddp_status_t smddp__cma_read(smddp_comm_t comm, smddp__op_t *op, int lr, void *dst,

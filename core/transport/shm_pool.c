@@ -43,7 +43,6 @@
 #include "shm_segment.h"
 
 #define POOL_ALIGN 4096
-#define RECORD_WRITING UINT64_MAX
 
 typedef struct range {
     size_t off, len;
@@ -277,8 +276,7 @@ smddp_status_t smddp__pool_setup(smddp_comm_t comm)
         snprintf(mine, sizeof(mine), "! 0");
     }
     memcpy(vals[me], mine, sizeof(mine));
-    smddp__op_t setup = {.kind = SMDDP_OP_BARRIER, .comm = comm};
-    setup.deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
+    smddp__op_t setup = shm_setup_op(comm);
     SMDDP_CHECK_GOTO(publish_value(comm, "pool", mine), st, out);
     st = smddp__shm_sync(comm, &setup);
     if (st < 0) goto failed;
@@ -603,13 +601,10 @@ void smddp__pool_publish(smddp_comm_t comm, const smddp__op_t *op, uint64_t in_r
         pthread_mutex_unlock(&pools_lock);
     }
     pool_record_t *r = record(comm, comm->local_rank, op->seq);
-    atomic_store_explicit(&r->tag, RECORD_WRITING, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
+    shm_record_open(&r->tag);
     *(volatile uint64_t *)&r->in_ref = in_ref;
     *(volatile uint64_t *)&r->out_ref = out_ref;
-    /* The next post carries this value; it orders the record before it. */
-    atomic_store_explicit(&r->tag, shm_record_tag(op->seq, comm->shm->my_ctr + 1),
-                          memory_order_release);
+    shm_record_close(&r->tag, shm_record_tag(op->seq, comm->shm->my_ctr + 1)); /* the next post */
 }
 
 static void pool_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t tag,
@@ -619,11 +614,10 @@ static void pool_peer(smddp_comm_t comm, const smddp__op_t *op, int lr, uint32_t
     pool_record_t *r = record(comm, lr, op->seq);
     uint64_t want = shm_record_tag(op->seq, tag);
     *in = *out = NULL;
-    if (atomic_load_explicit(&r->tag, memory_order_acquire) != want) return;
+    if (!shm_record_is(&r->tag, want)) return;
     uint64_t in_ref = *(volatile uint64_t *)&r->in_ref;
     uint64_t out_ref = *(volatile uint64_t *)&r->out_ref;
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&r->tag, memory_order_relaxed) != want) return;
+    if (!shm_record_still(&r->tag, want)) return;
     if (in_ref && in_ref <= s->pool_size) *in = s->peer_pool[lr] + in_ref - 1;
     if (out_ref && out_ref <= s->pool_size) *out = s->peer_pool[lr] + out_ref - 1;
 }

@@ -54,6 +54,42 @@ static inline uint64_t shm_record_tag(uint64_t seq, uint32_t post)
 }
 
 /*
+ * Writing a record: shm_record_open marks it as being rewritten, the fields
+ * follow (volatile stores), and shm_record_close tags it; the post that
+ * follows orders it before the peers' reads. Reading, after waiting for
+ * that post: shm_record_is says whether it carries the tag, the fields are
+ * read (volatile loads), and shm_record_still says whether it was not
+ * rewritten meanwhile.
+ */
+#define SHM_RECORD_WRITING UINT64_MAX
+static inline void shm_record_open(_Atomic uint64_t *tag)
+{
+    atomic_store_explicit(tag, SHM_RECORD_WRITING, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+static inline void shm_record_close(_Atomic uint64_t *tag, uint64_t value)
+{
+    atomic_store_explicit(tag, value, memory_order_release);
+}
+static inline bool shm_record_is(_Atomic uint64_t *tag, uint64_t want)
+{
+    return atomic_load_explicit(tag, memory_order_acquire) == want;
+}
+static inline bool shm_record_still(_Atomic uint64_t *tag, uint64_t want)
+{
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(tag, memory_order_relaxed) == want;
+}
+
+/* The op a setup step waits under: a barrier with the communicator's timeout. */
+static inline smddp__op_t shm_setup_op(smddp_comm_t comm)
+{
+    smddp__op_t op = {.kind = SMDDP_OP_BARRIER, .comm = comm};
+    op.deadline_ns = smddp__now_ns() + comm->timeout_ms * 1000000LL;
+    return op;
+}
+
+/*
  * Where a local rank is (written by it alone): the op it runs, the last op
  * it finished, and when it arrived at each of its last ARRIVALS ops, indexed
  * by seq. An arrival is one word, so that it is written and read whole:
