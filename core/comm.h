@@ -56,9 +56,10 @@ struct smddp_comm {
     _Atomic int64_t timeout_ms; /* read when an op starts; smddp_comm_set_timeout changes it */
     /*
      * Byte counts of one-shot-sized allreduces whose last run found every
-     * rank's buffer in place in its pool (coll/allreduce.c): the next of
-     * that size runs two-shot, in the pools. Every rank reaches the same
-     * verdicts from the same published records, so all choose alike.
+     * rank's buffer in place in its pool, or every input in a pool (the
+     * low bits say which; coll/allreduce.c): the next of that size runs in
+     * the pools. Every rank reaches the same verdicts from the same
+     * published records, so all choose alike.
      */
     size_t allreduce_pooled[4];
 

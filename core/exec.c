@@ -303,6 +303,7 @@ smddp_status_t smddp__op_execute(smddp_comm_t comm, smddp__op_t *op)
     smddp__op_desc_t desc;
     smddp__op_desc(op, &desc);
     smddp__shm_op_begin(comm, &desc, op->started_ns);
+    smddp__pool_tick(comm, op->started_ns);
     smddp_status_t st = SMDDP_OK;
     if (smddp__params()->check) st = check_order(comm, op, &desc);
     if (st == SMDDP_OK) st = run(comm, op);

@@ -72,7 +72,7 @@ static const param_row_t rows[] = {
      OFF(shm_pool_reserve_pct), 0, NULL},
     {"SMDDP_SHM_POOL_RELEASE_MS", P_INT, "5000",
      "pool memory freed and left unused this many ms is given back to /dev/shm at the next "
-     "collective that uses the pool (until then a new allocation reuses it backed); 0: at once, "
+     "collective of the communicator whose pool it is (until then a new allocation reuses it backed); 0: at once, "
      "when freed",
      OFF(shm_pool_release_ms), 0, NULL},
     {"SMDDP_SHM_CMA", P_ENUM, "auto",
@@ -86,6 +86,12 @@ static const param_row_t rows[] = {
     {"SMDDP_SHM_CMA_MAX", P_SIZE, "16777216",
      "the largest allgather, in bytes per rank, that cross-memory attach serves; larger ones are "
      "staged", OFF(shm_cma_max), 0, NULL},
+    {"SMDDP_SHM_LL_MAX", P_SIZE, "8192",
+     "allreduce, and allgather that cross-memory attach does not serve, inside a node of at "
+     "most this many bytes per rank go through low-latency slots, where the data, the op's "
+     "description and the signal share cache lines, as does the barrier; the smallest value "
+     "any local rank sets holds (0: off, at most 16384)",
+     OFF(shm_ll_max), 0, NULL},
     {"SMDDP_STREAM_MIN", P_SIZE, "8388608",
      "collectives moving at least this many bytes write results with non-temporal stores",
      OFF(stream_min), 0, NULL},

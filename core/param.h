@@ -41,6 +41,7 @@ typedef struct smddp__params {
     smddp__shm_cma_t shm_cma;   /* SMDDP_SHM_CMA: cross-memory attach inside a node */
     int64_t shm_cma_min;        /* SMDDP_SHM_CMA_MIN: allgather bytes per rank read so */
     int64_t shm_cma_max;        /* SMDDP_SHM_CMA_MAX: ... up to this */
+    int64_t shm_ll_max;         /* SMDDP_SHM_LL_MAX: bytes per rank through the low-latency slots */
     int64_t stream_min;         /* SMDDP_STREAM_MIN: results this large bypass the caches */
     int64_t p2p_buffer;         /* SMDDP_P2P_BUFFER_SIZE bytes per rank pair */
     int64_t p2p_set_aside_max;  /* SMDDP_P2P_SET_ASIDE_MAX bytes */

@@ -3,7 +3,10 @@
  *
  * One-shot (small messages): every rank copies its input into its staging
  * half, then every rank reduces all P copies itself. One copy in, P reads,
- * two synchronisations: the lowest latency.
+ * two synchronisations. The smallest (up to SMDDP_SHM_LL_MAX bytes) go
+ * through the low-latency slots instead (transport/shm_ll.c): the same
+ * one-shot, with the data, the desc and the signal in shared cache lines and
+ * one exchange in all.
  *
  * Two-shot (large messages): reduce-scatter then allgather, in rounds of one
  * staging half. In each round every rank copies the pieces of its input that
@@ -45,6 +48,15 @@
 
 #define MAX_LOCAL SMDDP_MAX_LOCAL /* checked at creation (topo.c) */
 #define N_POOLED (sizeof(((struct smddp_comm *)0)->allreduce_pooled) / sizeof(size_t))
+/*
+ * Pooled verdicts, kept with the size (bytes << 2 | verdict): every buffer
+ * in place in a pool (two-shot runs in the pools), or every input in a
+ * pool, out of place (one-shot reads them there).
+ */
+#define POOLED_IN_PLACE 1u
+#define POOLED_INPUTS 2u
+/* Up to this many bytes the low-latency slots beat the pools whatever the verdict. */
+#define LL_OVER_POOLS_MAX 1024
 
 /* Whether auto picks one-shot for `bytes` by size (see smddp__allreduce). */
 static bool oneshot_sized(smddp_comm_t comm, size_t bytes)
@@ -53,26 +65,55 @@ static bool oneshot_sized(smddp_comm_t comm, size_t bytes)
            bytes <= smddp__shm_half_size(comm);
 }
 
-/* Whether the last one-shot-sized allreduce of `bytes` found every buffer in place in a pool. */
-static bool was_pooled(smddp_comm_t comm, size_t bytes)
+/* The verdict of the last one-shot-sized allreduce of `bytes` (0: none). */
+static unsigned pooled_verdict(smddp_comm_t comm, size_t bytes)
 {
     for (size_t i = 0; i < N_POOLED; i++)
-        if (comm->allreduce_pooled[i] == bytes) return true;
-    return false;
+        if (comm->allreduce_pooled[i] >> 2 == bytes) return comm->allreduce_pooled[i] & 3u;
+    return 0;
 }
 
 /* Records the verdict of an allreduce of `bytes` (the same on every rank). */
-static void set_pooled(smddp_comm_t comm, size_t bytes, bool pooled)
+static void set_pooled(smddp_comm_t comm, size_t bytes, unsigned verdict)
 {
     size_t *v = comm->allreduce_pooled, i = 0;
-    while (i < N_POOLED && v[i] != bytes) i++;
-    if (pooled && i == N_POOLED) { /* newest first, the oldest dropped */
+    while (i < N_POOLED && v[i] >> 2 != bytes) i++;
+    if (verdict && i == N_POOLED) { /* newest first, the oldest dropped */
         memmove(v + 1, v, (N_POOLED - 1) * sizeof(*v));
-        v[0] = bytes;
-    } else if (!pooled && i < N_POOLED) {
+        v[0] = bytes << 2 | verdict;
+    } else if (verdict) {
+        v[i] = bytes << 2 | verdict;
+    } else if (i < N_POOLED) {
         memmove(v + i, v + i + 1, (N_POOLED - 1 - i) * sizeof(*v));
         v[N_POOLED - 1] = 0;
     }
+}
+
+/*
+ * One-shot through the low-latency slots; each rank reduces in rank order,
+ * so all agree. Above LL_OVER_POOLS_MAX the ranks also learn, in the same
+ * lines, where their buffers lie: the pooled verdict one-shot's staged path
+ * keeps.
+ */
+static smddp_status_t allreduce_ll(smddp_comm_t comm, smddp__op_t *op)
+{
+    size_t bytes = op->count * smddp__dtype_size(op->dtype);
+    const void *srcs[MAX_LOCAL];
+    smddp__reduce_spec_t spec = op->spec;
+    spec.avg_div = comm->size;
+    bool pools = smddp__pool_on(comm) && bytes > LL_OVER_POOLS_MAX;
+    uint64_t where = 0;
+    if (pools && op->sendbuf == op->recvbuf)
+        where = smddp__pool_ref(comm, op->recvbuf, bytes) ? POOLED_IN_PLACE : 0;
+    else if (pools && smddp__disjoint(op->sendbuf, bytes, op->recvbuf, bytes))
+        where = smddp__pool_ref(comm, op->sendbuf, bytes) ? POOLED_INPUTS : 0;
+    memcpy(smddp__shm_ll_buf(comm, bytes), op->sendbuf, bytes);
+    smddp__shm_ll_post(comm, where);
+    SMDDP_CHECK(smddp__shm_ll_wait_all(comm, op, bytes, srcs, &where));
+    if (pools) set_pooled(comm, bytes, (unsigned)where);
+    srcs[comm->local_rank] = op->sendbuf;
+    smddp__reduce(&spec, op->recvbuf, srcs, comm->local_size, op->count);
+    return SMDDP_OK;
 }
 
 static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
@@ -105,7 +146,10 @@ static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
     if (smddp__pool_on(comm)) {
         smddp__pool_peers(comm, op, t, &pl);
         if (pl.all_in) op->algo = "one-shot in pools";
-        set_pooled(comm, bytes, pl.all_out);
+        /* Inputs pooled out of place change the path only where low-latency would run. */
+        set_pooled(comm, bytes, pl.all_out ? POOLED_IN_PLACE
+                                : pl.all_in && bytes <= smddp__shm_ll_max(comm) ? POOLED_INPUTS
+                                                                                 : 0);
     }
     for (int q = 0; q < p; q++)
         srcs[q] = q == me ? op->sendbuf : pl.in && pl.in[q] ? pl.in[q] : smddp__shm_buf(comm, q, h);
@@ -216,7 +260,7 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
                 /* The same verdict as one-shot's: every buffer pooled and in place. */
                 bool in_place = pl.all_in && pl.all_out;
                 for (int q = 0; q < p && in_place; q++) in_place = pl.in[q] == pl.out[q];
-                set_pooled(comm, op->count * es, in_place);
+                set_pooled(comm, op->count * es, in_place ? POOLED_IN_PLACE : 0);
             }
             if (pl.all_in && pl.all_out && root_lr < 0) {
                 size_t off, len;
@@ -257,23 +301,33 @@ smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
     const smddp__params_t *params = smddp__params();
     size_t bytes = op->count * smddp__dtype_size(op->dtype);
     bool oneshot;
-    if (params->algo == SMDDP_ALLREDUCE_ONESHOT)
+    if (params->algo == SMDDP_ALLREDUCE_ONESHOT) {
         oneshot = bytes <= smddp__shm_half_size(comm);
-    else if (params->algo == SMDDP_ALLREDUCE_TWOSHOT)
+    } else if (params->algo == SMDDP_ALLREDUCE_TWOSHOT) {
         oneshot = false;
-    else
+    } else if (!oneshot_sized(comm, bytes)) {
         /*
          * One-shot reads every peer's copy (P x bytes per rank), two-shot a
          * fixed 2 x bytes plus one more synchronisation: the switch point
          * measured for 2 ranks scales down as ranks are added.
          */
-        oneshot = oneshot_sized(comm, bytes) &&
-                  /*
-                   * In place in pools, one-shot must stage (see above) and
-                   * two-shot need not: measured 3-13x faster at 8-128 KiB
-                   * (bench/RESULTS.md).
-                   */
-                  !(smddp__pool_on(comm) && was_pooled(comm, bytes));
+        oneshot = false;
+    } else {
+        /*
+         * In place in pools, one-shot must stage (see above) and two-shot
+         * need not: measured 3-13x faster at 8-128 KiB. Up to
+         * SMDDP_SHM_LL_MAX the low-latency slots beat staging, and beat the
+         * pools up to LL_OVER_POOLS_MAX (bench/RESULTS.md).
+         */
+        unsigned verdict = smddp__pool_on(comm) ? pooled_verdict(comm, bytes) : 0;
+        if (bytes <= smddp__shm_ll_max(comm) && (!verdict || bytes <= LL_OVER_POOLS_MAX)) {
+            SMDDP_TRACE("rank %d: allreduce seq %llu: %zu bytes, low-latency through shm",
+                        comm->rank, (unsigned long long)op->seq, bytes);
+            op->algo = "low-latency";
+            return allreduce_ll(comm, op);
+        }
+        oneshot = verdict != POOLED_IN_PLACE;
+    }
     SMDDP_TRACE("rank %d: allreduce seq %llu: %zu bytes, %s through shm", comm->rank,
                 (unsigned long long)op->seq, bytes, oneshot ? "one-shot" : "two-shot");
     op->algo = oneshot ? "one-shot" : "two-shot";

@@ -6,11 +6,12 @@
  * local rank maps it; the last one to map it unlinks the name, so a job that
  * crashes later leaves nothing in /dev/shm. Layout:
  *
- *   header | ctrl[P] | meta[P][2] | progress[P] | ring ctrl[P][P] | data[P][2 halves] |
- *   ring data[P][P]
+ *   header | ctrl[P] | meta[P][2] | progress[P] | ring ctrl[P][P] | ll[P][2] |
+ *   data[P][2 halves] | ring data[P][P]
  *
  * (shm_segment.h; the pair rings that carry send/recv are in shm_ring.c; the
- * pools, memory peers read and write in place, in shm_pool.c, above this file).
+ * low-latency slots of the smallest collectives in shm_ll.c; the pools,
+ * memory peers read and write in place, in shm_pool.c, above this file).
  *
  * Each rank owns one counter (ctrl[r].ctr) that only it increments. Waiting
  * for a peer is "wait until its counter reaches a value": spin for a few
@@ -50,7 +51,7 @@ void smddp__shm_wake(_Atomic uint32_t *word, _Atomic uint32_t *sleepers)
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-#define LAYOUT_PARTS 8
+#define LAYOUT_PARTS 9
 
 static void layout(smddp__shm_t *s, int nranks, size_t *sizes)
 {
@@ -62,8 +63,9 @@ static void layout(smddp__shm_t *s, int nranks, size_t *sizes)
     sizes[4] = p * p * sizeof(ring_ctrl_t);
     size_t head = sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4];
     sizes[5] = align_up(head, 4096) - head;
-    sizes[6] = p * 2 * s->half;
-    sizes[7] = p * p * s->ring_size;
+    sizes[6] = align_up(p * 2 * SHM_LL_SLOT, 4096);
+    sizes[7] = p * 2 * s->half;
+    sizes[8] = p * p * s->ring_size;
 }
 
 static void assign(smddp__shm_t *s, int nranks)
@@ -81,8 +83,10 @@ static void assign(smddp__shm_t *s, int nranks)
     b += sizes[3];
     s->rings = (ring_ctrl_t *)b;
     b += sizes[4] + sizes[5];
-    s->data = b;
+    s->ll = b;
     b += sizes[6];
+    s->data = b;
+    b += sizes[7];
     s->ring_data = b;
 }
 
@@ -246,6 +250,10 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
     fd = -1;
     atomic_store(&s->ctrl[comm->local_rank].pid, (int32_t)getpid());
     publish_affinity(&s->ctrl[comm->local_rank]);
+    shm_ctrl_t *mine = &s->ctrl[comm->local_rank];
+    mine->ll_max = (uint64_t)SMDDP_MIN(SMDDP_MAX(params->shm_ll_max, 0), SHM_LL_PAYLOAD_MAX);
+    mine->oneshot_max = (uint64_t)params->oneshot_max;
+    mine->algo = (uint32_t)params->algo;
 
     /*
      * A barrier on the segment itself proves every local rank has mapped it;
@@ -262,10 +270,32 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
         st = smddp__error(st, "shared-memory setup failed: %s", msg);
         goto fail;
     }
+    /*
+     * Ranks that chose allreduce algorithms differently would read each
+     * other's staging at the wrong time: refuse, on every rank alike.
+     */
+    static const char *const algos[] = {"auto", "oneshot", "twoshot", "?"};
+    for (int lr = 0; lr < p; lr++) {
+        const shm_ctrl_t *c = &s->ctrl[lr];
+        if (c->algo == mine->algo && c->oneshot_max == mine->oneshot_max) continue;
+        st = smddp__error(SMDDP_ERR_MISMATCH,
+                          "rank %d: SMDDP_ALLREDUCE_ALGO or SMDDP_ALLREDUCE_ONESHOT_MAX differs "
+                          "between ranks of one node (%s and %llu here, %s and %llu on rank %d); "
+                          "set them the same everywhere",
+                          comm->rank, algos[SMDDP_MIN(mine->algo, 3u)],
+                          (unsigned long long)mine->oneshot_max, algos[SMDDP_MIN(c->algo, 3u)],
+                          (unsigned long long)c->oneshot_max, comm->local_ranks[lr]);
+        comm->shm = NULL;
+        goto fail;
+    }
     shm_unlink(s->name);
     free(val);
     comm->shm = s;
     set_wait_policy(s, p);
+    /* Every rank takes the same path for an op: the smallest setting holds. */
+    s->ll_max = SHM_LL_PAYLOAD_MAX;
+    for (int lr = 0; lr < p; lr++) s->ll_max = SMDDP_MIN(s->ll_max, (size_t)s->ctrl[lr].ll_max);
+    s->ll_on = s->ll_max > 0;
     SMDDP_INFO("rank %d: shared memory %s mapped, %zu bytes (%d local ranks, %zu-byte halves); "
                "waits spin %lld us, then yield %lld us",
                comm->rank, s->name, s->len, p, s->half, (long long)(s->spin_ns / 1000),
@@ -345,16 +375,10 @@ static bool peer_dead(smddp__shm_t *s, int lr)
     return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
-typedef bool (*ready_fn_t)(smddp__shm_t *s, const void *arg);
-
-/*
- * The one wait loop: spin, yield, then sleep on `word` in slices. `blame` is
- * the local rank being waited for; on failure the message names the op and
- * `who` (a list of comm ranks, filled by the caller's describe callback).
- */
-static smddp_status_t wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uint32_t *word,
-                                 _Atomic uint32_t *sleepers, ready_fn_t ready, const void *arg,
-                                 int blame, const char *what)
+/* The one wait loop (shm_segment.h): spin, yield, then sleep on `word` in slices. */
+smddp_status_t smddp__shm_wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uint32_t *word,
+                                     _Atomic uint32_t *sleepers, shm_ready_fn ready, void *arg,
+                                     int blame, const char *what)
 {
     smddp__shm_t *s = comm->shm;
     if (ready(s, arg)) return SMDDP_OK;
@@ -450,7 +474,7 @@ typedef struct ctr_arg {
     uint32_t target;
 } ctr_arg_t;
 
-static bool ctr_ready(smddp__shm_t *s, const void *arg)
+static bool ctr_ready(smddp__shm_t *s, void *arg)
 {
     const ctr_arg_t *a = arg;
     uint32_t v = atomic_load_explicit(&s->ctrl[a->lr].ctr, memory_order_acquire);
@@ -472,8 +496,8 @@ smddp_status_t smddp__shm_wait(smddp_comm_t comm, smddp__op_t *op, int lr, uint3
 {
     smddp__shm_t *s = comm->shm;
     ctr_arg_t arg = {lr, target};
-    SMDDP_CHECK(wait_until(comm, op, &s->ctrl[lr].ctr, &s->ctrl[lr].sleepers, ctr_ready, &arg, lr,
-                           "arrive"));
+    SMDDP_CHECK(smddp__shm_wait_until(comm, op, &s->ctrl[lr].ctr, &s->ctrl[lr].sleepers,
+                                      ctr_ready, &arg, lr, "arrive"));
     /*
      * The peer made a post that belongs to this op, so it published what it
      * is running first (its counter store orders the two). A peer already
@@ -570,30 +594,38 @@ void smddp__shm_position(smddp_comm_t comm, int lr, smddp__shm_position_t *out)
     out->state = smddp__shm_peer_state(comm, lr);
 }
 
+smddp_status_t smddp__shm_timeout_all(smddp_comm_t comm, smddp__op_t *op,
+                                      bool (*ready)(smddp__shm_t *s, int lr, const void *arg),
+                                      const void *arg)
+{
+    /* Name every rank that is missing, not just the first one checked. */
+    char list[256];
+    size_t len = 0;
+    list[0] = '\0';
+    for (int j = 0; j < comm->local_size; j++) {
+        if (j == comm->local_rank || ready(comm->shm, j, arg)) continue;
+        len += (size_t)snprintf(list + len, sizeof(list) - SMDDP_MIN(len, sizeof(list)), "%s%d",
+                                len ? "," : "", comm->local_ranks[j]);
+        if (len >= sizeof(list)) break;
+    }
+    char desc[256];
+    smddp__op_describe(op, desc, sizeof(desc));
+    return smddp__error_quiet(SMDDP_ERR_TIMEOUT, "%s timed out after %.3f s waiting for rank(s) %s",
+                              desc, (double)smddp__op_timeout_ms(comm, op) / 1000.0, list);
+}
+
+static bool ctr_reached(smddp__shm_t *s, int lr, const void *arg)
+{
+    ctr_arg_t a = {lr, *(const uint32_t *)arg};
+    return ctr_ready(s, &a);
+}
+
 smddp_status_t smddp__shm_wait_all(smddp_comm_t comm, smddp__op_t *op, uint32_t target)
 {
-    smddp__shm_t *s = comm->shm;
     for (int i = 0; i < comm->local_size; i++) {
         if (i == comm->local_rank) continue;
         smddp_status_t st = smddp__shm_wait(comm, op, i, target);
-        if (st == SMDDP_ERR_TIMEOUT) {
-            /* Name every rank that is missing, not just the first one checked. */
-            char list[256];
-            size_t len = 0;
-            list[0] = '\0';
-            for (int j = 0; j < comm->local_size; j++) {
-                ctr_arg_t arg = {j, target};
-                if (j == comm->local_rank || ctr_ready(s, &arg)) continue;
-                len += (size_t)snprintf(list + len, sizeof(list) - SMDDP_MIN(len, sizeof(list)),
-                                        "%s%d", len ? "," : "", comm->local_ranks[j]);
-                if (len >= sizeof(list)) break;
-            }
-            char desc[256];
-            smddp__op_describe(op, desc, sizeof(desc));
-            return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
-                                      "%s timed out after %.3f s waiting for rank(s) %s", desc,
-                                      (double)smddp__op_timeout_ms(comm, op) / 1000.0, list);
-        }
+        if (st == SMDDP_ERR_TIMEOUT) return smddp__shm_timeout_all(comm, op, ctr_reached, &target);
         if (st != SMDDP_OK) return st;
     }
     return SMDDP_OK;

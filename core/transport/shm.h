@@ -80,6 +80,24 @@ typedef struct smddp__shm_position {
 void smddp__shm_position(smddp_comm_t comm, int lr, smddp__shm_position_t *out);
 
 /*
+ * Low-latency exchanges (shm_ll.c), for collective steps in which every
+ * local rank waits for every other (and all ranks agree which ops use
+ * them): write up to smddp__shm_ll_max bytes at smddp__shm_ll_buf, then
+ * smddp__shm_ll_post with flags of the caller's; smddp__shm_ll_wait_all
+ * waits for every peer's post, compares its desc, sets payloads[lr] to
+ * each rank's payload (this rank's too), readable until this rank's next
+ * exchange, and *flags (unless NULL) to all ranks' flags ANDed. ll_on: whether
+ * they are in use (SMDDP_SHM_LL_MAX > 0 on every local rank); ll_max: 0
+ * when not.
+ */
+bool smddp__shm_ll_on(smddp_comm_t comm);
+size_t smddp__shm_ll_max(smddp_comm_t comm);
+void *smddp__shm_ll_buf(smddp_comm_t comm, size_t bytes);
+void smddp__shm_ll_post(smddp_comm_t comm, uint64_t flags);
+smddp_status_t smddp__shm_ll_wait_all(smddp_comm_t comm, smddp__op_t *op, size_t bytes,
+                                      const void **payloads, uint64_t *flags);
+
+/*
  * Reads local rank lr's published desc for seq into out; false when the slot
  * holds another op's desc or is being rewritten (the peer has moved on).
  */
@@ -122,6 +140,11 @@ smddp_status_t smddp__pool_free(void *ptr);
 bool smddp__pool_on(smddp_comm_t comm);
 /* 1 + the offset of [ptr, ptr + bytes) in this rank's pool; 0 when it is not all in it. */
 uint64_t smddp__pool_ref(smddp_comm_t comm, const void *ptr, size_t bytes);
+/*
+ * At the start of every op (now_ns): gives back pool memory that was freed
+ * and left unused SMDDP_SHM_POOL_RELEASE_MS, when some is due.
+ */
+void smddp__pool_tick(smddp_comm_t comm, int64_t now_ns);
 /*
  * Publishes where this rank's input and output of op lie (smddp__pool_ref
  * values), for the next post; call it right before that post's step.

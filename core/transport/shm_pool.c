@@ -590,16 +590,20 @@ static pool_record_t *record(smddp_comm_t comm, int lr, uint64_t seq)
     return (pool_record_t *)((char *)smddp__shm_meta(comm, lr, (int)(seq & 1)) + META_POOL_RECORD);
 }
 
+void smddp__pool_tick(smddp_comm_t comm, int64_t now_ns)
+{
+    struct smddp__pool *pool = comm->shm ? comm->shm->pool : NULL;
+    if (pool && now_ns &&
+        now_ns >= atomic_load_explicit(&pool->release_at_ns, memory_order_relaxed)) {
+        pthread_mutex_lock(&pools_lock);
+        release_idle(pool, now_ns);
+        pthread_mutex_unlock(&pools_lock);
+    }
+}
+
 void smddp__pool_publish(smddp_comm_t comm, const smddp__op_t *op, uint64_t in_ref,
                          uint64_t out_ref)
 {
-    struct smddp__pool *pool = comm->shm->pool;
-    if (pool && op->started_ns &&
-        op->started_ns >= atomic_load_explicit(&pool->release_at_ns, memory_order_relaxed)) {
-        pthread_mutex_lock(&pools_lock);
-        release_idle(pool, op->started_ns);
-        pthread_mutex_unlock(&pools_lock);
-    }
     pool_record_t *r = record(comm, comm->local_rank, op->seq);
     shm_record_open(&r->tag);
     *(volatile uint64_t *)&r->in_ref = in_ref;

@@ -36,7 +36,14 @@ typedef struct shm_ctrl {
     uint64_t cma_probe_addr, cma_probe_val;
     uint64_t cma_min, cma_max;
     _Atomic uint32_t cma_verdict, cma_crowded;
-    char pad[2 * CACHELINE - 16 - AFFINITY_WORDS * 8 - 40];
+    /*
+     * Written before the setup barrier: this rank's SMDDP_SHM_LL_MAX (the
+     * smallest holds), SMDDP_ALLREDUCE_ONESHOT_MAX and SMDDP_ALLREDUCE_ALGO
+     * (which must be the same on every rank).
+     */
+    uint64_t ll_max, oneshot_max;
+    uint32_t algo;
+    char pad[2 * CACHELINE - 16 - AFFINITY_WORDS * 8 - 60];
 } shm_ctrl_t;
 _Static_assert(sizeof(shm_ctrl_t) == 2 * CACHELINE, "a control block is two cache lines");
 
@@ -108,6 +115,23 @@ typedef struct shm_progress {
     _Atomic uint32_t words[SMDDP_SHM_WORDS]; /* smddp__shm_words */
 } shm_progress_t;
 
+/*
+ * Low-latency slots (shm_ll.c): two per local rank, used in turn by the
+ * exchanges. A slot ends with its head, the op's desc and then the tag
+ * that says which exchange the slot holds; the payload lies right before
+ * the head, so that up to SHM_LL_INLINE bytes of it share the head's cache
+ * line. Slots start on CACHELINE boundaries.
+ */
+#define SHM_LL_PAYLOAD_MAX 16384
+typedef struct shm_ll_head {
+    smddp__op_desc_t desc;
+    uint64_t flags;       /* the caller's, ANDed over the ranks for it */
+    _Atomic uint64_t tag; /* 1 + the exchange's number; 0: none yet */
+} shm_ll_head_t;
+#define SHM_LL_INLINE (64 - sizeof(shm_ll_head_t))
+#define SHM_LL_SLOT \
+    ((SHM_LL_PAYLOAD_MAX + sizeof(shm_ll_head_t) + CACHELINE - 1) / CACHELINE * CACHELINE)
+
 /* One direction of a pair ring: a byte count and a futex tick, each on its own line. */
 typedef struct ring_side {
     _Atomic uint64_t bytes;
@@ -130,6 +154,7 @@ struct smddp__shm {
     char *meta;
     shm_progress_t *progress;
     ring_ctrl_t *rings;
+    char *ll;   /* the low-latency slots, [local rank][2] */
     char *data;
     char *ring_data;
     size_t half;      /* bytes in one staging half */
@@ -152,6 +177,9 @@ struct smddp__shm {
     uint64_t cma_probe;       /* the word peers read at setup (shm_cma.c) */
     bool cma_on;              /* every local rank reads every other by cross-memory attach */
     size_t cma_min, cma_max;  /* agreed: allgather bytes per rank read so */
+    bool ll_on;               /* the low-latency slots are in use (shm_ll.c) */
+    size_t ll_max;            /* agreed: the largest payload per rank they carry */
+    uint64_t ll_next;         /* the number of this rank's next low-latency exchange */
 };
 
 /* An unguessable /dev/shm name, "/smddp-PID-HEX". */
@@ -160,5 +188,23 @@ smddp_status_t smddp__shm_random_name(char *out, size_t cap);
 
 /* Wakes the threads asleep on word (counted in sleepers). */
 void smddp__shm_wake(_Atomic uint32_t *word, _Atomic uint32_t *sleepers);
+
+/*
+ * The one wait loop (shm.c): until ready(s, arg), spinning, then yielding,
+ * then asleep on `word` (a futex woken by whoever changes it, when
+ * `sleepers` counts a sleeper). `blame` is the local rank waited for, `what`
+ * what it did not do, for the messages of a timeout or a peer's death.
+ */
+typedef bool (*shm_ready_fn)(smddp__shm_t *s, void *arg);
+smddp_status_t smddp__shm_wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic uint32_t *word,
+                                     _Atomic uint32_t *sleepers, shm_ready_fn ready, void *arg,
+                                     int blame, const char *what);
+/*
+ * The timeout of a wait for every peer, naming each local rank for which
+ * ready(s, lr, arg) is still false.
+ */
+smddp_status_t smddp__shm_timeout_all(smddp_comm_t comm, smddp__op_t *op,
+                                      bool (*ready)(smddp__shm_t *s, int lr, const void *arg),
+                                      const void *arg);
 
 #endif /* SMDDP_CORE_TRANSPORT_SHM_SEGMENT_H */

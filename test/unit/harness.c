@@ -52,8 +52,7 @@ int harness_shm_count(void)
     return n;
 }
 
-/* "A=1 B=2": sets each in this process, then re-reads SMDDP_* settings. */
-static void apply_env(const char *env)
+void harness_apply_env(const char *env)
 {
     if (!env) return;
     char *copy = strdup(env), *save = NULL;
@@ -162,7 +161,7 @@ int harness_run(int nranks, harness_fn_t fn, void *arg, harness_opts_t *opts)
                 smddp__nodes_clock_shift_ns = (r / opts->ranks_per_node) * opts->clock_shift_ns;
                 smddp__params_reload();
             }
-            apply_env(opts->env);
+            harness_apply_env(opts->env);
             smddp_comm_t comm = opts->no_comm ? NULL : harness_comm(r, nranks, prefix);
             fn(comm, r, nranks, arg);
             if (comm) {

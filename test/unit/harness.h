@@ -35,6 +35,9 @@ typedef struct harness_opts {
  */
 int harness_run(int nranks, harness_fn_t fn, void *arg, harness_opts_t *opts);
 
+/* "A=1 B=2" (NULL: nothing): sets each in this process, then re-reads SMDDP_* settings. */
+void harness_apply_env(const char *env);
+
 /* The port of the store the current harness run serves (valid in ranks). */
 extern int harness_store_port;
 

@@ -36,7 +36,6 @@
 #include <cmocka.h>
 
 #include "harness.h"
-#include "param.h"
 
 /* Whether two sibling processes can read each other here (main() finds out). */
 static bool siblings_read;
@@ -89,17 +88,7 @@ static bool probe_siblings(void)
  */
 static smddp_comm_t make_comm(int rank, int size, const char *env, int who, bool pin)
 {
-    if (env && (who < 0 || who == rank)) {
-        char copy[256], *save = NULL;
-        snprintf(copy, sizeof(copy), "%s", env);
-        for (char *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
-            char *eq = strchr(tok, '=');
-            H_CHECK(eq != NULL, "bad setting %s", tok);
-            *eq = '\0';
-            setenv(tok, eq + 1, 1);
-        }
-        smddp__params_reload();
-    }
+    if (who < 0 || who == rank) harness_apply_env(env);
     if (pin) {
         cpu_set_t set;
         H_CHECK(sched_getaffinity(0, sizeof(set), &set) == 0, "sched_getaffinity");

@@ -305,7 +305,7 @@ static void coll_rank(smddp_comm_t comm, int rank, int size, void *arg)
 {
     int mode = *(int *)arg;
     bool pooled = mode == ALL_POOLED || (mode == SOME_POOLED && rank % 2 == 0);
-    const size_t counts[] = {1, 5, 1000, 20000, 40000, 700001};
+    const size_t counts[] = {1, 5, 1000, 10000, 20000, 40000, 700001};
     float sum_of_ranks = (float)(size * (size + 1) / 2);
     for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
         size_t n = counts[c], all = n * (size_t)size;
@@ -366,7 +366,11 @@ static void coll_rank(smddp_comm_t comm, int rank, int size, void *arg)
     bool in_pools = trace_says(comm, "\"in pools\"");
     H_CHECK(in_pools == (mode == ALL_POOLED), "the flight recorder %s \"in pools\" with mode %d",
             in_pools ? "names" : "does not name", mode);
-    /* Out of place, small allreduces are one-shot unless two-shot is forced. */
+    /*
+     * Out of place, small allreduces are one-shot unless two-shot is forced
+     * (10000 elements are one-shot-sized for up to 4 ranks, and above the
+     * low-latency slots).
+     */
     bool oneshot = trace_says(comm, "\"one-shot in pools\"");
     bool twoshot_only = getenv("SMDDP_ALLREDUCE_ALGO") != NULL;
     H_CHECK(oneshot == (mode == ALL_POOLED && !twoshot_only), "the flight recorder %s \"one-shot "
@@ -375,14 +379,16 @@ static void coll_rank(smddp_comm_t comm, int rank, int size, void *arg)
 
 /*
  * Small allreduces in place, repeated: the first of a size finds every
- * buffer in a pool and stages (one-shot), the next ones run two-shot in the
- * pools; when one rank's buffer is not pooled (rank 1, third round), all
- * go back to one-shot together. Results checked every time.
+ * buffer in a pool (one-shot staged, or through the low-latency slots up to
+ * SMDDP_SHM_LL_MAX), the next ones run two-shot in the pools; when one
+ * rank's buffer is not pooled (rank 1, third round), all go back together.
+ * Up to 1 KiB the low-latency slots serve every round. Results checked
+ * every time.
  */
 static void repeat_rank(smddp_comm_t comm, int rank, int size, void *arg)
 {
     (void)arg;
-    const size_t counts[] = {1, 5, 1000, 4096};
+    const size_t counts[] = {1, 5, 300, 1000, 4096};
     float sum_of_ranks = (float)(size * (size + 1) / 2);
     for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
         size_t n = counts[c];
@@ -400,17 +406,20 @@ static void repeat_rank(smddp_comm_t comm, int rank, int size, void *arg)
         free(plain);
     }
     /*
-     * Per size: round 0 staged, round 1 in the pools, round 2 (rank 1 not
-     * pooled) two-shot staged, round 3 one-shot again.
+     * 4 and 20 bytes: low-latency in every round. 1200, 4000 and 16384
+     * bytes: round 0 low-latency (the last staged), round 1 in the pools,
+     * round 2 (rank 1 not pooled) two-shot staged, round 3 as round 0.
      */
     int in_pools = harness_trace_count(comm, "\"in pools\"");
-    H_CHECK(in_pools == 4, "%d allreduces ran in pools, not 4", in_pools);
+    H_CHECK(in_pools == 3, "%d allreduces ran in pools, not 3", in_pools);
+    int ll = harness_trace_count(comm, "\"low-latency\"");
+    H_CHECK(ll == 12, "%d allreduces ran low-latency, not 12", ll);
 }
 
 static void test_pooled_repeat(void **state)
 {
     (void)state;
-    harness_opts_t opts = {.timeout_s = 120};
+    harness_opts_t opts = {.env = "SMDDP_SHM_LL_MAX=8192", .timeout_s = 120};
     assert_int_equal(harness_run(2, repeat_rank, NULL, &opts), 0);
     assert_int_equal(harness_run(3, repeat_rank, NULL, &opts), 0);
 }

@@ -102,7 +102,7 @@ static void recorder_rank(smddp_comm_t comm, int rank, int size, void *arg)
                 field_of_op(s, i - 1, "\"seq\": "));
     H_CHECK(strstr(s, "\"kind\": \"allreduce\", \"count\": 3, \"dtype\": \"float32\", "
                       "\"op\": \"sum\", \"root\": -1, \"mem\": \"host\", \"path\": \"shm\", "
-                      "\"algo\": \"one-shot\"") != NULL,
+                      "\"algo\": \"low-latency\"") != NULL,
             "no allreduce entry as expected in %.400s", strstr(s, "\"ops\""));
     H_CHECK(strstr(s, "\"kind\": \"broadcast\", \"count\": 2, \"dtype\": \"float32\", "
                       "\"op\": \"\", \"root\": 1") != NULL,
