@@ -320,7 +320,8 @@ smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
          * pools up to LL_OVER_POOLS_MAX (bench/RESULTS.md).
          */
         unsigned verdict = smddp__pool_on(comm) ? pooled_verdict(comm, bytes) : 0;
-        if (bytes <= smddp__shm_ll_max(comm) && (!verdict || bytes <= LL_OVER_POOLS_MAX)) {
+        if (bytes && bytes <= smddp__shm_ll_max(comm) &&
+            (!verdict || bytes <= LL_OVER_POOLS_MAX)) {
             SMDDP_TRACE("rank %d: allreduce seq %llu: %zu bytes, low-latency through shm",
                         comm->rank, (unsigned long long)op->seq, bytes);
             op->algo = "low-latency";

@@ -289,7 +289,7 @@ smddp_status_t smddp__coll_allgather(smddp_comm_t comm, smddp__op_t *op)
 {
     size_t bytes = op->count * smddp__dtype_size(op->dtype);
     /* Cross-memory attach (one copy) measured faster where it applies. */
-    if (bytes <= smddp__shm_ll_max(comm) && !smddp__cma_use(comm, bytes)) {
+    if (bytes && bytes <= smddp__shm_ll_max(comm) && !smddp__cma_use(comm, bytes)) {
         op->algo = "low-latency";
         return allgather_ll(comm, op, bytes);
     }

@@ -61,8 +61,13 @@ typedef struct ll_arg {
     unsigned polls;
 } ll_arg_t;
 
-/* Every POST_EVERY polls a waiter also reads the peer's counter (see tag_or_post). */
+/*
+ * Every POST_EVERY polls a waiter also reads the peer's counter (see
+ * tag_or_post); after POST_ALWAYS polls (past spinning, when waits yield or
+ * sleep) at every poll.
+ */
 #define POST_EVERY 256
+#define POST_ALWAYS 4096
 
 static bool tag_is(smddp__shm_t *s, int lr, uint64_t n)
 {
@@ -81,7 +86,7 @@ static bool tag_or_post(smddp__shm_t *s, void *arg)
 {
     ll_arg_t *a = arg;
     if (tag_is(s, a->lr, a->n)) return true;
-    if (++a->polls % POST_EVERY) return false;
+    if (++a->polls % POST_EVERY && a->polls < POST_ALWAYS) return false;
     uint32_t v = atomic_load_explicit(&s->ctrl[a->lr].ctr, memory_order_acquire);
     return (int32_t)(v - a->target) >= 0;
 }
@@ -94,7 +99,8 @@ static bool tag_there(smddp__shm_t *s, int lr, const void *arg)
 /*
  * The peer did not write its slot for the exchange: where it posted for
  * another op (it published that op's desc first), that op; else the wait's
- * own failure, else the paths' disagreement.
+ * own failure, else the paths' disagreement (which the settings agreed at
+ * setup should rule out).
  */
 static smddp_status_t not_exchanged(smddp_comm_t comm, smddp__op_t *op, const ll_arg_t *a,
                                     smddp_status_t st)
@@ -112,11 +118,10 @@ static smddp_status_t not_exchanged(smddp_comm_t comm, smddp__op_t *op, const ll
     if (st != SMDDP_OK) return st;
     char desc[256];
     smddp__op_describe(op, desc, sizeof(desc));
-    return smddp__error_quiet(SMDDP_ERR_MISMATCH,
-                              "%s: rank %d runs it another way than through the low-latency "
-                              "slots, as this rank does: do all ranks set the same "
-                              "SMDDP_ALLREDUCE_ALGO and SMDDP_ALLREDUCE_ONESHOT_MAX?", desc,
-                              comm->local_ranks[lr]);
+    return smddp__error_quiet(SMDDP_ERR_INTERNAL,
+                              "%s: rank %d posted for it without writing its low-latency slot, "
+                              "which this rank waits for: the ranks chose different paths",
+                              desc, comm->local_ranks[lr]);
 }
 
 smddp_status_t smddp__shm_ll_wait_all(smddp_comm_t comm, smddp__op_t *op, size_t bytes,

@@ -128,6 +128,8 @@ typedef struct shm_ll_head {
     uint64_t flags;       /* the caller's, ANDed over the ranks for it */
     _Atomic uint64_t tag; /* 1 + the exchange's number; 0: none yet */
 } shm_ll_head_t;
+/* The tag stays aligned, and so does a payload of any dtype right before the head. */
+_Static_assert(sizeof(shm_ll_head_t) % 16 == 0, "the head keeps the slot's alignment");
 #define SHM_LL_INLINE (64 - sizeof(shm_ll_head_t))
 #define SHM_LL_SLOT \
     ((SHM_LL_PAYLOAD_MAX + sizeof(shm_ll_head_t) + CACHELINE - 1) / CACHELINE * CACHELINE)
