@@ -185,6 +185,10 @@ void WorkSMDDP::complete_future(c10::ivalue::Future& future, const std::exceptio
 }
 
 bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
+  if (parts_.empty() && requests_.empty()) {
+    // Ran at issue (complete_blocking): nothing of libsmddp's to wait for.
+    return wait_completed();
+  }
   const bool bounded = timeout != kNoTimeout;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto& part : parts_) {
@@ -217,6 +221,10 @@ bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
   }
   // libsmddp runs a request's callback before it reports it done, so the work
   // has completed by now.
+  return wait_completed();
+}
+
+bool WorkSMDDP::wait_completed() {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return completed_; });
   if (exception_) {

@@ -110,6 +110,8 @@ class WorkSMDDP : public c10d::Work {
   void release_pending();
   // Runs the copies back (on success), completes the Future and the Work.
   void complete();
+  // The end of wait(), once nothing of libsmddp's is left to wait for.
+  bool wait_completed();
   // Completes future with outputs_, or with eptr where the work failed.
   void complete_future(c10::ivalue::Future& future, const std::exception_ptr& eptr);
 
