@@ -89,8 +89,8 @@ static const param_row_t rows[] = {
     {"SMDDP_SHM_LL_MAX", P_SIZE, "8192",
      "allreduce, and allgather that cross-memory attach does not serve, inside a node of at "
      "most this many bytes per rank go through low-latency slots, where the data, the op's "
-     "description and the signal share cache lines, as does the barrier; the smallest value "
-     "any local rank sets holds (0: off, at most 16384)",
+     "description and the signal share cache lines, as do the barrier and broadcasts of up "
+     "to 1 KiB; the smallest value any local rank sets holds (0: off, at most 16384)",
      OFF(shm_ll_max), 0, NULL},
     {"SMDDP_STREAM_MIN", P_SIZE, "8388608",
      "collectives moving at least this many bytes write results with non-temporal stores",

@@ -4,8 +4,8 @@
  * Every one moves data in rounds of one staging half: the writer copies
  * into its own half, posts, and readers copy out of the writer's half (see
  * transport/shm.h for the counter protocol). Allgather reads inputs where
- * they lie when it can; the smallest allgathers and the barrier go through
- * the low-latency slots (transport/shm_ll.c) instead.
+ * they lie when it can; the smallest allgathers and broadcasts and the
+ * barrier go through the low-latency slots (transport/shm_ll.c) instead.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -18,12 +18,34 @@
 #include "../topo.h"
 #include "coll.h"
 
+/*
+ * A broadcast through the low-latency slots: the root's slot carries the
+ * data, the others' only their tag. Every rank waits for every other, as
+ * the slots require (a root that went on at once could rewrite its slot
+ * while a peer still read it). Up to LL_BROADCAST_MAX: above it the staged
+ * broadcast, whose root does not wait, measured as fast (bench/RESULTS.md).
+ */
+#define LL_BROADCAST_MAX 1024
+static smddp_status_t broadcast_ll(smddp_comm_t comm, smddp__op_t *op, size_t bytes, int root)
+{
+    const void *in[SMDDP_MAX_LOCAL];
+    if (comm->local_rank == root) memcpy(smddp__shm_ll_buf(comm, bytes), op->recvbuf, bytes);
+    smddp__shm_ll_post(comm, 0);
+    SMDDP_CHECK(smddp__shm_ll_wait_all(comm, op, bytes, in, NULL));
+    if (comm->local_rank != root) memcpy(op->recvbuf, in[root], bytes);
+    return SMDDP_OK;
+}
+
 smddp_status_t smddp__coll_broadcast(smddp_comm_t comm, smddp__op_t *op)
 {
     size_t bytes = op->count * smddp__dtype_size(op->dtype);
     size_t half = smddp__shm_half_size(comm);
     int root = smddp__local_index(comm, op->root), me = comm->local_rank, h;
     char *buf = op->recvbuf;
+    if (bytes && bytes <= SMDDP_MIN(smddp__shm_ll_max(comm), (size_t)LL_BROADCAST_MAX)) {
+        op->algo = "low-latency";
+        return broadcast_ll(comm, op, bytes, root);
+    }
     int stream = bytes >= (size_t)smddp__params()->stream_min;
     for (size_t off = 0; off < bytes; off += half) {
         size_t n = SMDDP_MIN(half, bytes - off);

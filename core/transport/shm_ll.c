@@ -1,7 +1,7 @@
 /*
  * Low-latency exchanges: the smallest collectives inside a node (allreduce
- * and allgather of up to SMDDP_SHM_LL_MAX bytes per rank, barrier) in as
- * few cache-line transfers as the data allows.
+ * and allgather of up to SMDDP_SHM_LL_MAX bytes per rank, broadcast of up
+ * to 1 KiB, barrier) in as few cache-line transfers as the data allows.
  *
  * Staged, a small op moves several lines from each rank to each peer: the
  * data in the staging half, the counter that says it is there, and the desc

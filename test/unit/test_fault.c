@@ -313,18 +313,22 @@ static void test_op_timeout(void **state)
     run(2, op_timeout_fn, &p2p, "SMDDP_TIMEOUT=600", 0, NULL);
 }
 
-/* A non-root waits for a broadcast root that is late: the message names the root. */
+/*
+ * A non-root waits for a broadcast root that is late: the message names the
+ * root. 2 KiB, staged (in the low-latency slots, up to 1 KiB, every rank
+ * waits for every other, and the message names all that are missing).
+ */
 static void bcast_timeout_fn(smddp_comm_t comm, int rank, int size, void *arg)
 {
     (void)size;
     (void)arg;
     record_pid(rank);
-    float buf[32] = {0};
+    static float buf[512];
     if (rank == 2) {
         sleep_ms(2500);
     } else if (rank == 1) {
         double t0 = now_s();
-        smddp_status_t st = smddp_broadcast(comm, buf, 32, SMDDP_FLOAT32, 2, NULL, NULL);
+        smddp_status_t st = smddp_broadcast(comm, buf, 512, SMDDP_FLOAT32, 2, NULL, NULL);
         double dt = now_s() - t0;
         const char *msg = smddp_get_last_error(NULL);
         H_STATUS(st, SMDDP_ERR_TIMEOUT);
@@ -335,7 +339,7 @@ static void bcast_timeout_fn(smddp_comm_t comm, int rank, int size, void *arg)
     }
     /* Rank 0 (and the late root) find the communicator aborted by a peer. */
     if (rank == 0) sleep_ms(1800);
-    smddp_status_t st = smddp_broadcast(comm, buf, 32, SMDDP_FLOAT32, 2, NULL, NULL);
+    smddp_status_t st = smddp_broadcast(comm, buf, 512, SMDDP_FLOAT32, 2, NULL, NULL);
     H_STATUS(st, SMDDP_ERR_ABORTED);
     H_HAS(smddp_get_last_error(NULL), "aborted the communicator");
     H_HAS(smddp_get_last_error(NULL), "timed out");

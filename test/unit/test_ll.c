@@ -1,7 +1,7 @@
 /*
  * The low-latency slots (core/transport/shm_ll.c): allreduce up to
- * SMDDP_SHM_LL_MAX bytes, allgather below cross-memory attach's range and
- * barrier in one exchange each.
+ * SMDDP_SHM_LL_MAX bytes, allgather below cross-memory attach's range,
+ * broadcast up to 1 KiB and barrier in one exchange each.
  *  - Sizes around the limits, dtypes and layouts: every result checked,
  *    and the flight recorder names exactly the ops within the limit
  *    "low-latency".
@@ -187,9 +187,23 @@ static void limits_rank(smddp_comm_t unused, int rank, int size, void *arg)
         }
     H_OK(smddp_barrier(comm, NULL, NULL));
     want += c->limit > 0;
+    /* Broadcasts from the last rank, low-latency up to 1 KiB within the limit. */
+    const size_t bcast[] = {1, 200, 256, 257, 2048};
+    for (size_t k = 0; k < sizeof(bcast) / sizeof(bcast[0]); k++) {
+        size_t n = bcast[k];
+        float *x = malloc(n * sizeof(float));
+        H_CHECK(x != NULL, "out of memory");
+        for (size_t i = 0; i < n; i++) x[i] = rank == size - 1 ? (float)value(size, i) : -1.0f;
+        H_OK(smddp_broadcast(comm, x, (int64_t)n, SMDDP_FLOAT32, size - 1, NULL, NULL));
+        for (size_t i = 0; i < n; i++)
+            H_CHECK(x[i] == (float)value(size, i), "broadcast of %zu: element %zu is %g", n, i,
+                    (double)x[i]);
+        free(x);
+        want += n * sizeof(float) <= (c->limit < 1024 ? c->limit : 1024);
+    }
     named = harness_trace_count(comm, "\"low-latency\"");
-    H_CHECK(named == want, "%d allgathers and barriers named \"low-latency\" with limit %zu, "
-            "expected %d", named, c->limit, want);
+    H_CHECK(named == want, "%d allgathers, barriers and broadcasts named \"low-latency\" with "
+            "limit %zu, expected %d", named, c->limit, want);
     H_OK(smddp_comm_destroy(comm));
 }
 
@@ -290,8 +304,10 @@ static void drift_rank(smddp_comm_t comm, int rank, int size, void *arg)
             H_OK(smddp_barrier(comm, NULL, NULL));
             ll++;
             break;
-        case 4: { /* a broadcast: the root does not wait for the others to read */
+        case 4: { /* a broadcast: low-latency up to 1 KiB; staged, the root does not wait */
             int root = (int)(next_rand(&ops) % (uint32_t)size);
+            if (next_rand(&ops) % 2) n = n % 256 + 1;
+            ll += n * sizeof(float) <= 1024;
             for (size_t i = 0; i < n; i++) a[i] = rank == root ? (float)(it + (int)i) : -1.0f;
             H_OK(smddp_broadcast(comm, a, (int64_t)n, SMDDP_FLOAT32, root, NULL, NULL));
             for (size_t i = 0; i < n; i++)
