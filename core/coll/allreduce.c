@@ -107,9 +107,7 @@ static smddp_status_t allreduce_ll(smddp_comm_t comm, smddp__op_t *op)
         where = smddp__pool_ref(comm, op->recvbuf, bytes) ? POOLED_IN_PLACE : 0;
     else if (pools && smddp__disjoint(op->sendbuf, bytes, op->recvbuf, bytes))
         where = smddp__pool_ref(comm, op->sendbuf, bytes) ? POOLED_INPUTS : 0;
-    memcpy(smddp__shm_ll_buf(comm, bytes), op->sendbuf, bytes);
-    smddp__shm_ll_post(comm, where);
-    SMDDP_CHECK(smddp__shm_ll_wait_all(comm, op, bytes, srcs, &where));
+    SMDDP_CHECK(smddp__shm_ll_exchange(comm, op, op->sendbuf, bytes, &where, srcs));
     if (pools) set_pooled(comm, bytes, (unsigned)where);
     srcs[comm->local_rank] = op->sendbuf;
     smddp__reduce(&spec, op->recvbuf, srcs, comm->local_size, op->count);
@@ -298,20 +296,19 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
 
 smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
 {
+    enum { LOW_LATENCY, ONE_SHOT, TWO_SHOT } how;
+    static const char *const names[] = {"low-latency", "one-shot", "two-shot"};
     const smddp__params_t *params = smddp__params();
-    size_t bytes = op->count * smddp__dtype_size(op->dtype);
-    bool oneshot;
+    size_t bytes = op->count * smddp__dtype_size(op->dtype); /* > 0: count 0 runs nothing */
     if (params->algo == SMDDP_ALLREDUCE_ONESHOT) {
-        oneshot = bytes <= smddp__shm_half_size(comm);
-    } else if (params->algo == SMDDP_ALLREDUCE_TWOSHOT) {
-        oneshot = false;
-    } else if (!oneshot_sized(comm, bytes)) {
+        how = bytes <= smddp__shm_half_size(comm) ? ONE_SHOT : TWO_SHOT;
+    } else if (params->algo == SMDDP_ALLREDUCE_TWOSHOT || !oneshot_sized(comm, bytes)) {
         /*
          * One-shot reads every peer's copy (P x bytes per rank), two-shot a
          * fixed 2 x bytes plus one more synchronisation: the switch point
          * measured for 2 ranks scales down as ranks are added.
          */
-        oneshot = false;
+        how = TWO_SHOT;
     } else {
         /*
          * In place in pools, one-shot must stage (see above) and two-shot
@@ -320,19 +317,17 @@ smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
          * pools up to LL_OVER_POOLS_MAX (bench/RESULTS.md).
          */
         unsigned verdict = smddp__pool_on(comm) ? pooled_verdict(comm, bytes) : 0;
-        if (bytes && bytes <= smddp__shm_ll_max(comm) &&
-            (!verdict || bytes <= LL_OVER_POOLS_MAX)) {
-            SMDDP_TRACE("rank %d: allreduce seq %llu: %zu bytes, low-latency through shm",
-                        comm->rank, (unsigned long long)op->seq, bytes);
-            op->algo = "low-latency";
-            return allreduce_ll(comm, op);
-        }
-        oneshot = verdict != POOLED_IN_PLACE;
+        how = bytes <= smddp__shm_ll_max(comm) && (!verdict || bytes <= LL_OVER_POOLS_MAX)
+                  ? LOW_LATENCY
+              : verdict == POOLED_IN_PLACE ? TWO_SHOT
+                                           : ONE_SHOT;
     }
     SMDDP_TRACE("rank %d: allreduce seq %llu: %zu bytes, %s through shm", comm->rank,
-                (unsigned long long)op->seq, bytes, oneshot ? "one-shot" : "two-shot");
-    op->algo = oneshot ? "one-shot" : "two-shot";
-    return oneshot ? allreduce_oneshot(comm, op) : allreduce_twoshot(comm, op, -1);
+                (unsigned long long)op->seq, bytes, names[how]);
+    op->algo = names[how];
+    return how == LOW_LATENCY ? allreduce_ll(comm, op)
+           : how == ONE_SHOT  ? allreduce_oneshot(comm, op)
+                              : allreduce_twoshot(comm, op, -1);
 }
 
 smddp_status_t smddp__reduce_root(smddp_comm_t comm, smddp__op_t *op)

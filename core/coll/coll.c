@@ -29,10 +29,9 @@
 static smddp_status_t broadcast_ll(smddp_comm_t comm, smddp__op_t *op, size_t bytes, int root)
 {
     const void *in[SMDDP_MAX_LOCAL];
-    if (comm->local_rank == root) memcpy(smddp__shm_ll_buf(comm, bytes), op->recvbuf, bytes);
-    smddp__shm_ll_post(comm, 0);
-    SMDDP_CHECK(smddp__shm_ll_wait_all(comm, op, bytes, in, NULL));
-    if (comm->local_rank != root) memcpy(op->recvbuf, in[root], bytes);
+    bool me = comm->local_rank == root;
+    SMDDP_CHECK(smddp__shm_ll_exchange(comm, op, me ? op->recvbuf : NULL, bytes, NULL, in));
+    if (!me) memcpy(op->recvbuf, in[root], bytes);
     return SMDDP_OK;
 }
 
@@ -296,9 +295,7 @@ static smddp_status_t allgather_ll(smddp_comm_t comm, smddp__op_t *op, size_t by
 {
     const void *in[SMDDP_MAX_LOCAL];
     char *recv = op->recvbuf;
-    memcpy(smddp__shm_ll_buf(comm, bytes), op->sendbuf, bytes);
-    smddp__shm_ll_post(comm, 0);
-    SMDDP_CHECK(smddp__shm_ll_wait_all(comm, op, bytes, in, NULL));
+    SMDDP_CHECK(smddp__shm_ll_exchange(comm, op, op->sendbuf, bytes, NULL, in));
     /* Own data from the slot too: the input may lie in the output at another rank's place. */
     for (int q = 0; q < comm->local_size; q++) {
         char *dst = recv + (size_t)comm->local_ranks[q] * bytes;
@@ -331,9 +328,7 @@ smddp_status_t smddp__coll_alltoallv(smddp_comm_t comm, smddp__op_t *op)
 
 smddp_status_t smddp__coll_barrier(smddp_comm_t comm, smddp__op_t *op)
 {
-    if (!smddp__shm_ll_on(comm)) return smddp__shm_sync(comm, op);
-    const void *unused[SMDDP_MAX_LOCAL];
+    if (!smddp__shm_ll_max(comm)) return smddp__shm_sync(comm, op);
     op->algo = "low-latency";
-    smddp__shm_ll_post(comm, 0);
-    return smddp__shm_ll_wait_all(comm, op, 0, unused, NULL);
+    return smddp__shm_ll_exchange(comm, op, NULL, 0, NULL, NULL);
 }

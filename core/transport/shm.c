@@ -295,7 +295,6 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
     /* Every rank takes the same path for an op: the smallest setting holds. */
     s->ll_max = SHM_LL_PAYLOAD_MAX;
     for (int lr = 0; lr < p; lr++) s->ll_max = SMDDP_MIN(s->ll_max, (size_t)s->ctrl[lr].ll_max);
-    s->ll_on = s->ll_max > 0;
     SMDDP_INFO("rank %d: shared memory %s mapped, %zu bytes (%d local ranks, %zu-byte halves); "
                "waits spin %lld us, then yield %lld us",
                comm->rank, s->name, s->len, p, s->half, (long long)(s->spin_ns / 1000),

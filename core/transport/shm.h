@@ -82,20 +82,17 @@ void smddp__shm_position(smddp_comm_t comm, int lr, smddp__shm_position_t *out);
 /*
  * Low-latency exchanges (shm_ll.c), for collective steps in which every
  * local rank waits for every other (and all ranks agree which ops use
- * them): write up to smddp__shm_ll_max bytes at smddp__shm_ll_buf, then
- * smddp__shm_ll_post with flags of the caller's; smddp__shm_ll_wait_all
- * waits for every peer's post, compares its desc, sets payloads[lr] to
- * each rank's payload (this rank's too), readable until this rank's next
- * exchange, and *flags (unless NULL) to all ranks' flags ANDed. ll_on: whether
- * they are in use (SMDDP_SHM_LL_MAX > 0 on every local rank); ll_max: 0
- * when not.
+ * them). smddp__shm_ll_max: the most bytes a rank's payload may have (the
+ * smallest SMDDP_SHM_LL_MAX of the local ranks; 0: the slots are off).
+ * smddp__shm_ll_exchange publishes `bytes` from mine (NULL: nothing, as
+ * for a barrier) and *flags (NULL: 0), waits for every peer's part and
+ * compares its desc; then payloads[lr] (unless NULL) points at each rank's
+ * payload, this rank's too, readable until this rank's next exchange, and
+ * *flags holds all ranks' flags ANDed.
  */
-bool smddp__shm_ll_on(smddp_comm_t comm);
 size_t smddp__shm_ll_max(smddp_comm_t comm);
-void *smddp__shm_ll_buf(smddp_comm_t comm, size_t bytes);
-void smddp__shm_ll_post(smddp_comm_t comm, uint64_t flags);
-smddp_status_t smddp__shm_ll_wait_all(smddp_comm_t comm, smddp__op_t *op, size_t bytes,
-                                      const void **payloads, uint64_t *flags);
+smddp_status_t smddp__shm_ll_exchange(smddp_comm_t comm, smddp__op_t *op, const void *mine,
+                                      size_t bytes, uint64_t *flags, const void **payloads);
 
 /*
  * Reads local rank lr's published desc for seq into out; false when the slot

@@ -8,8 +8,8 @@
  * the peers compare, each a separate transfer (and a pool or cross-memory
  * record besides). Here each rank writes its payload, its desc and a tag
  * into one slot of its own, the tag last (a release store), and peers wait
- * on the tag itself: up to SHM_LL_INLINE bytes of payload share the tag's
- * line, so an 8-byte allreduce between two ranks moves one line each way.
+ * on the tag itself: up to 16 bytes of payload share the tag's line, so an
+ * 8-byte allreduce between two ranks moves one line each way.
  *
  * Slots alternate. A rank rewrites a slot only for the exchange after next,
  * having seen every peer's tag of the next one, which each peer wrote after
@@ -31,26 +31,17 @@ static shm_ll_head_t *head_of(smddp__shm_t *s, int lr, uint64_t n)
     return (shm_ll_head_t *)(slot + SHM_LL_SLOT - sizeof(shm_ll_head_t));
 }
 
-size_t smddp__shm_ll_max(smddp_comm_t comm)
-{
-    return comm->shm->ll_on ? comm->shm->ll_max : 0;
-}
+size_t smddp__shm_ll_max(smddp_comm_t comm) { return comm->shm->ll_max; }
 
-bool smddp__shm_ll_on(smddp_comm_t comm) { return comm->shm->ll_on; }
-
-void *smddp__shm_ll_buf(smddp_comm_t comm, size_t bytes)
+/* Writes this rank's part of exchange n: payload (NULL: none), desc, flags, then the tag. */
+static void post(smddp_comm_t comm, uint64_t n, const void *mine, size_t bytes, uint64_t flags)
 {
     smddp__shm_t *s = comm->shm;
-    return (char *)head_of(s, comm->local_rank, s->ll_next) - bytes;
-}
-
-void smddp__shm_ll_post(smddp_comm_t comm, uint64_t flags)
-{
-    smddp__shm_t *s = comm->shm;
-    shm_ll_head_t *h = head_of(s, comm->local_rank, s->ll_next);
+    shm_ll_head_t *h = head_of(s, comm->local_rank, n);
+    if (mine) memcpy((char *)h - bytes, mine, bytes);
     h->desc = s->desc;
     h->flags = flags;
-    atomic_store_explicit(&h->tag, s->ll_next + 1, memory_order_release);
+    atomic_store_explicit(&h->tag, n + 1, memory_order_release);
     smddp__shm_post(comm);
 }
 
@@ -124,15 +115,15 @@ static smddp_status_t not_exchanged(smddp_comm_t comm, smddp__op_t *op, const ll
                               desc, comm->local_ranks[lr]);
 }
 
-smddp_status_t smddp__shm_ll_wait_all(smddp_comm_t comm, smddp__op_t *op, size_t bytes,
-                                      const void **payloads, uint64_t *flags)
+smddp_status_t smddp__shm_ll_exchange(smddp_comm_t comm, smddp__op_t *op, const void *mine,
+                                      size_t bytes, uint64_t *flags, const void **payloads)
 {
     smddp__shm_t *s = comm->shm;
     uint64_t n = s->ll_next++;
-    if (flags) *flags = head_of(s, comm->local_rank, n)->flags;
+    post(comm, n, mine, bytes, flags ? *flags : 0);
     for (int q = 0; q < comm->local_size; q++) {
         shm_ll_head_t *h = head_of(s, q, n);
-        payloads[q] = (const char *)h - bytes;
+        if (payloads) payloads[q] = (const char *)h - bytes;
         if (q == comm->local_rank) continue;
         ll_arg_t arg = {q, n, s->my_ctr, 0};
         smddp_status_t st = smddp__shm_wait_until(comm, op, &s->ctrl[q].ctr, &s->ctrl[q].sleepers,

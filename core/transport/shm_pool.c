@@ -592,9 +592,8 @@ static pool_record_t *record(smddp_comm_t comm, int lr, uint64_t seq)
 
 void smddp__pool_tick(smddp_comm_t comm, int64_t now_ns)
 {
-    struct smddp__pool *pool = comm->shm ? comm->shm->pool : NULL;
-    if (pool && now_ns &&
-        now_ns >= atomic_load_explicit(&pool->release_at_ns, memory_order_relaxed)) {
+    struct smddp__pool *pool = comm->shm->pool;
+    if (pool && now_ns >= atomic_load_explicit(&pool->release_at_ns, memory_order_relaxed)) {
         pthread_mutex_lock(&pools_lock);
         release_idle(pool, now_ns);
         pthread_mutex_unlock(&pools_lock);

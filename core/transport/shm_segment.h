@@ -119,8 +119,8 @@ typedef struct shm_progress {
  * Low-latency slots (shm_ll.c): two per local rank, used in turn by the
  * exchanges. A slot ends with its head, the op's desc and then the tag
  * that says which exchange the slot holds; the payload lies right before
- * the head, so that up to SHM_LL_INLINE bytes of it share the head's cache
- * line. Slots start on CACHELINE boundaries.
+ * the head, so that up to 16 bytes of it share the head's cache line.
+ * Slots start on CACHELINE boundaries.
  */
 #define SHM_LL_PAYLOAD_MAX 16384
 typedef struct shm_ll_head {
@@ -130,7 +130,6 @@ typedef struct shm_ll_head {
 } shm_ll_head_t;
 /* The tag stays aligned, and so does a payload of any dtype right before the head. */
 _Static_assert(sizeof(shm_ll_head_t) % 16 == 0, "the head keeps the slot's alignment");
-#define SHM_LL_INLINE (64 - sizeof(shm_ll_head_t))
 #define SHM_LL_SLOT \
     ((SHM_LL_PAYLOAD_MAX + sizeof(shm_ll_head_t) + CACHELINE - 1) / CACHELINE * CACHELINE)
 
@@ -179,8 +178,8 @@ struct smddp__shm {
     uint64_t cma_probe;       /* the word peers read at setup (shm_cma.c) */
     bool cma_on;              /* every local rank reads every other by cross-memory attach */
     size_t cma_min, cma_max;  /* agreed: allgather bytes per rank read so */
-    bool ll_on;               /* the low-latency slots are in use (shm_ll.c) */
-    size_t ll_max;            /* agreed: the largest payload per rank they carry */
+    size_t ll_max;            /* agreed: the largest payload per rank the low-latency
+                               * slots carry (shm_ll.c); 0: they are off */
     uint64_t ll_next;         /* the number of this rank's next low-latency exchange */
 };
 
