@@ -30,6 +30,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "reduce/half.h"
 
 #define SLOTS_MAX 16384 /* SHM_LL_PAYLOAD_MAX */
 
@@ -60,13 +61,7 @@ static void fill(void *buf, smddp_dtype_t dt, size_t n, int rank)
         case SMDDP_FLOAT32: ((float *)buf)[i] = (float)v; break;
         case SMDDP_FLOAT64: ((double *)buf)[i] = (double)v; break;
         case SMDDP_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-        case SMDDP_BFLOAT16: { /* small integers are exact: the top half of the float */
-            float f = (float)v;
-            uint32_t b;
-            memcpy(&b, &f, sizeof(b));
-            ((uint16_t *)buf)[i] = (uint16_t)(b >> 16);
-            break;
-        }
+        case SMDDP_BFLOAT16: ((uint16_t *)buf)[i] = smddp__fp32_to_bf16((float)v); break;
         default: H_CHECK(0, "dtype %d not used here", (int)dt);
         }
     }
@@ -78,26 +73,16 @@ static double get(const void *buf, smddp_dtype_t dt, size_t i)
     case SMDDP_FLOAT32: return ((const float *)buf)[i];
     case SMDDP_FLOAT64: return ((const double *)buf)[i];
     case SMDDP_INT8: return ((const int8_t *)buf)[i];
-    case SMDDP_BFLOAT16: {
-        uint32_t b = (uint32_t)((const uint16_t *)buf)[i] << 16;
-        float f;
-        memcpy(&f, &b, sizeof(f));
-        return f;
-    }
+    case SMDDP_BFLOAT16: return smddp__bf16_to_fp32(((const uint16_t *)buf)[i]);
     default: return 0;
     }
-}
-
-static size_t dsize(smddp_dtype_t dt)
-{
-    return dt == SMDDP_FLOAT64 ? 8 : dt == SMDDP_FLOAT32 ? 4 : dt == SMDDP_BFLOAT16 ? 2 : 1;
 }
 
 /* One allreduce (sum or max, in place or not) of n elements, checked; returns its bytes. */
 static size_t check_allreduce(smddp_comm_t comm, int rank, int size, smddp_dtype_t dt, size_t n,
                               smddp_op_t op, bool in_place)
 {
-    size_t bytes = n * dsize(dt);
+    size_t bytes = n * smddp_dtype_size(dt);
     char *in = malloc(bytes), *out = malloc(bytes);
     H_CHECK(in && out, "out of memory");
     fill(in, dt, n, rank);
@@ -106,9 +91,10 @@ static size_t check_allreduce(smddp_comm_t comm, int rank, int size, smddp_dtype
     H_OK(smddp_allreduce(comm, in, res, (int64_t)n, dt, op, NULL, NULL));
     for (size_t i = 0; i < n; i++) {
         double want = 0;
-        for (int q = 0; q < size; q++)
-            want = op == SMDDP_SUM || q == 0 ? (op == SMDDP_SUM ? want : 0) + value(q, i)
-                                              : (want > value(q, i) ? want : value(q, i));
+        for (int q = 0; q < size; q++) {
+            double v = value(q, i);
+            want = q == 0 ? v : op == SMDDP_SUM ? want + v : want > v ? want : v;
+        }
         H_CHECK(get(res, dt, i) == want, "allreduce of %zu (dtype %d, op %d, in place %d): "
                 "element %zu is %g, expected %g", n, (int)dt, (int)op, in_place, i,
                 get(res, dt, i), want);
@@ -162,7 +148,7 @@ static void limits_rank(smddp_comm_t unused, int rank, int size, void *arg)
     const size_t sizes[] = {1, 16, 17, 1000, 1024, 1032, 8192, 8200, SLOTS_MAX, SLOTS_MAX + 8};
     int want = 0;
     for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
-        size_t es = dsize(dts[d]);
+        size_t es = smddp_dtype_size(dts[d]);
         for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
             size_t n = (sizes[s] + es - 1) / es;
             bool in_place = s % 2;
