@@ -4,12 +4,16 @@
     python3 bench/peer_bench.py [-n 2|4] [--dtypes fp32,bf16] [--ops allreduce,allgather]
                                 [--min 8] [--max 64M] [--factor 4] [--rounds 3] [--out DIR]
 
-smddp is measured two ways: through torch.distributed (dist.all_reduce,
-dist.all_gather_into_tensor's single-tensor form) and through its direct calls,
-smddp.all_reduce and smddp.all_gather_into_tensor (no Work, no dispatcher). Each
-peer is compared with smddp's call of the same kind: gloo with smddp through
-torch.distributed; DeepSpeed's inference_all_reduce and MPI, which are direct
-calls on a buffer, with smddp's direct calls.
+smddp is measured three ways: through torch.distributed (dist.all_reduce,
+dist.all_gather_into_tensor's single-tensor form); through its direct calls,
+smddp.all_reduce and smddp.all_gather_into_tensor (no Work, no dispatcher); and
+the direct calls on tensors the group handed out (backend.allocate_tensor, what
+DDP's buckets and FSDP2's buffers use), which the ranks of a node read and write
+in place ("smddp-pool"). Each peer is compared with smddp's call of the same
+kind on the same buffers: gloo with smddp through torch.distributed;
+DeepSpeed's inference_all_reduce and MPI, which are direct calls on a buffer,
+with smddp's direct calls. Where smddp is behind, the line that lists those
+cases also gives the peer's time against smddp-pool's.
 
 Peers, each measured in the same processes as smddp:
   - gloo: torch.distributed's gloo backend;
@@ -46,7 +50,8 @@ import traceback
 from torch_bench import (all_gather, fmt_size, free_port, parse_size, pin,  # same folder
                          slowest_mean)
 
-SMDDP = ("smddp", "smddp-direct")  # through torch.distributed; smddp.all_reduce etc.
+# Through torch.distributed; smddp.all_reduce etc.; the same on tensors from the group's pool.
+SMDDP = ("smddp", "smddp-direct", "smddp-pool")
 PEERS = SMDDP + ("gloo", "deepspeed", "mpi")
 # Each peer against smddp's call of the same kind.
 REF = {"gloo": "smddp", "deepspeed": "smddp-direct", "mpi": "smddp-direct"}
@@ -98,8 +103,10 @@ def sizes(a) -> list[int]:
 class Peer:
     """One library's allreduce and allgather on this rank's tensors."""
 
-    def __init__(self, name, allreduce=None, allgather=None, dtypes=DTYPES):
+    def __init__(self, name, allreduce=None, allgather=None, dtypes=DTYPES, alloc=None):
         self.name, self.allreduce, self.allgather, self.dtypes = name, allreduce, allgather, dtypes
+        # alloc(count, dtype): this peer's own buffers; None: the ones every peer shares.
+        self.alloc = alloc
 
     def op(self, op):
         return self.allreduce if op == "allreduce" else self.allgather
@@ -116,6 +123,14 @@ def make_peers(args, dist, torch, ctl, mpi_comm):
     import smddp
     peers.append(Peer("smddp-direct", lambda t: smddp.all_reduce(t, group=sm),
                       lambda o, i: smddp.all_gather_into_tensor(o, i, group=sm)))
+    backend = sm._get_backend(torch.device("cpu"))
+    if hasattr(backend, "allocate_tensor"):
+        peers.append(Peer("smddp-pool", lambda t: smddp.all_reduce(t, group=sm),
+                          lambda o, i: smddp.all_gather_into_tensor(o, i, group=sm),
+                          alloc=lambda count, dtype: backend.allocate_tensor(
+                              count, dtype=dtype, device="cpu")))
+    else:
+        skipped["smddp-pool"] = f"torch {torch.__version__} has no Backend.allocate_tensor"
     if "gloo" in args.peers:
         peers.append(Peer("gloo", lambda t: dist.all_reduce(t, group=gl),
                           lambda o, i: gather(o, i, group=gl)))
@@ -165,11 +180,12 @@ def call(p, op, inp, out):
     return (lambda: fn(inp)) if op == "allreduce" else (lambda: fn(out, inp))
 
 
-def probe(runnable, op, dt, inp, out, rank, dist, torch, ctl, unsupported):
+def probe(runnable, op, dt, bufs, rank, dist, torch, ctl, unsupported):
     """Peers whose op takes this dtype on every rank; the others are noted once, with why."""
     ok = []
     for p in runnable:
         why = ""
+        inp, out = bufs[p.name]
         try:
             inp.fill_(rank + 1)
             call(p, op, inp, out)()
@@ -208,12 +224,15 @@ def run_rank(args, rank, n, port, mpi_comm) -> None:
                 inp = torch.zeros(count, dtype=tdtype[dt])
                 out = torch.zeros(count * n, dtype=tdtype[dt])
                 runnable = [p for p in peers if p.op(op) and dt in p.dtypes]
-                runnable = probe(runnable, op, dt, inp, out, rank, dist, torch, ctl, unsupported)
+                bufs = {p.name: ((p.alloc(count, tdtype[dt]), p.alloc(count * n, tdtype[dt]))
+                                 if p.alloc else (inp, out)) for p in runnable}
+                runnable = probe(runnable, op, dt, bufs, rank, dist, torch, ctl, unsupported)
                 best = {p.name: float("inf") for p in runnable}
                 wrong = {p.name: 0 for p in runnable}
                 for rnd in range(args.rounds):
                     order = runnable[rnd % len(runnable):] + runnable[:rnd % len(runnable)]
                     for p in order:
+                        inp, out = bufs[p.name]
                         go = call(p, op, inp, out)
                         # The checked call: exact for fp32 and bf16 (small integers).
                         inp.fill_(rank + 1)
@@ -290,7 +309,10 @@ def report(args, rows, skipped, present) -> None:
                     if ratio >= 1 and not me[6]:
                         ahead += 1
                     else:
-                        behind.append(f"{p} {op} {dt} {fmt_size(s)}: {ratio:.2f}")
+                        pool = mine.get("smddp-pool") if REF[p] == "smddp-direct" else None
+                        behind.append(f"{p} {op} {dt} {fmt_size(s)}: {ratio:.2f}"
+                                      + (f" (against smddp-pool {r[5] / pool[5]:.2f})"
+                                         if pool and not pool[6] else ""))
                 print("| " + " | ".join(cells) + " |")
     print(f"\nCSV: {csv_path}")
     plot(args, rows)

@@ -365,9 +365,15 @@ def latency(torch, dist, args, groups, ctl) -> dict:
         # Without torch.distributed's Python wrapper: the ProcessGroup (its
         # dispatcher op, then the backend), and the backend object alone.
         world = groups["smddp"]
-        ways["smddp process group, called directly"] = lambda: world.allreduce([t], opts).wait()
+        # As torch.distributed's own calls: a backend that finished in C++
+        # returns no Work to wait for.
+        def wait(work):
+            if work is not None:
+                work.wait()
+
+        ways["smddp process group, called directly"] = lambda: wait(world.allreduce([t], opts))
         backend = world._get_backend(torch.device("cpu"))
-        ways["smddp backend, called directly"] = lambda: backend.allreduce([t], opts).wait()
+        ways["smddp backend, called directly"] = lambda: wait(backend.allreduce([t], opts))
     ways["smddp.all_reduce"] = lambda: smddp.all_reduce(t, group=groups["smddp"])
     # torch's fake backend communicates nothing and completes every work at
     # once: dist.all_reduce on it is what torch's side of a call costs.
@@ -376,7 +382,7 @@ def latency(torch, dist, args, groups, ctl) -> dict:
         fake = dist.new_group(backend="fake")
         ways["fake"] = lambda: dist.all_reduce(t, group=fake)
         if hasattr(opts, "asyncOp"):
-            ways["fake process group, called directly"] = lambda: fake.allreduce([t], opts).wait()
+            ways["fake process group, called directly"] = lambda: wait(fake.allreduce([t], opts))
     except Exception as e:  # noqa: BLE001  (the reference row is left out, with why)
         print(f"torch_bench: no fake-backend row: {type(e).__name__}: {e}", file=sys.stderr)
     samples = {w: [] for w in ways}

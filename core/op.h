@@ -68,7 +68,12 @@ typedef struct smddp_request {
     _Atomic uint32_t done;   /* 0 while running, 1 when finished (futex word) */
     _Atomic uint32_t sleepers; /* threads in FUTEX_WAIT on done */
     smddp_status_t status;
-    char errmsg[SMDDP_ERRMSG_MAX];
+    /*
+     * The failure's message (malloc'd, smddp__op_keep_error), NULL until it
+     * fails; read with smddp__op_errmsg. Not inline: an op that succeeds
+     * never touches it, and a smaller op is allocated and cleared faster.
+     */
+    char *errmsg;
 } smddp__op_t;
 
 /* Which ranks of an op use one of its buffers. */

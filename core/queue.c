@@ -306,7 +306,7 @@ smddp_status_t smddp__submit(smddp_comm_t comm, smddp__op_t *op, smddp_request_t
             *req = op;
             return SMDDP_OK;
         }
-        if (st < 0) smddp__error_quiet(st, "%s", op->errmsg);
+        if (st < 0) smddp__error_quiet(st, "%s", smddp__op_errmsg(op));
         smddp__request_unref(op);
         return st;
     }

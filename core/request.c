@@ -59,8 +59,21 @@ void smddp__request_unref(smddp__op_t *op)
     if (atomic_fetch_sub(&op->refs, 1) == 1) {
         if (op->stage) (void)smddp__cuda_stage_finish(op, SMDDP_ERR_ABORTED); /* dropped unrun */
         free(op->v);
+        free(op->errmsg);
         free(op);
     }
+}
+
+void smddp__op_keep_error(smddp__op_t *op)
+{
+    free(op->errmsg);
+    op->errmsg = strdup(smddp__last_error());
+}
+
+const char *smddp__op_errmsg(const smddp__op_t *op)
+{
+    if (op->errmsg) return op->errmsg;
+    return op->status < 0 ? "(no memory was left to keep the error's message)" : "";
 }
 
 void smddp__op_complete(smddp__op_t *op, smddp_status_t st)
@@ -69,8 +82,8 @@ void smddp__op_complete(smddp__op_t *op, smddp_status_t st)
     if (op->stage) st = smddp__cuda_stage_finish(op, st);
     op->status = st;
     if (st < 0) {
-        snprintf(op->errmsg, sizeof(op->errmsg), "%s", smddp__last_error());
-        smddp__comm_set_last_error(op->comm, op->errmsg);
+        smddp__op_keep_error(op);
+        smddp__comm_set_last_error(op->comm, smddp__op_errmsg(op));
     }
     smddp__trace_finish(op->comm->trace, op, st);
     if (op->on_complete) op->on_complete(op->on_complete_arg, st);
@@ -81,7 +94,7 @@ void smddp__op_complete(smddp__op_t *op, smddp_status_t st)
 smddp_status_t smddp__request_test(smddp__op_t *op)
 {
     if (!atomic_load(&op->done)) return SMDDP_IN_PROGRESS;
-    if (op->status < 0) return smddp__error_quiet(op->status, "%s", op->errmsg);
+    if (op->status < 0) return smddp__error_quiet(op->status, "%s", smddp__op_errmsg(op));
     return op->status;
 }
 

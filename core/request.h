@@ -21,6 +21,11 @@ smddp__op_t *smddp__op_make(smddp_comm_t comm, smddp__op_kind_t kind, const void
 /* Drops one reference; the last frees op (and releases a staged op's stream unrun). */
 void smddp__request_unref(smddp__op_t *op);
 
+/* Keeps the thread's last error as op's message, replacing any earlier one. */
+void smddp__op_keep_error(smddp__op_t *op);
+/* op's failure message ("" before it failed). */
+const char *smddp__op_errmsg(const smddp__op_t *op);
+
 /*
  * Marks op finished with st (message from the thread's last error): runs its
  * callback, then sets done and wakes waiters. The caller must hold no lock.

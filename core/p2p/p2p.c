@@ -520,7 +520,7 @@ void smddp__p2p_abort_all(smddp_comm_t comm, smddp_status_t st)
 static void set_aside_failed(smddp__op_t **failed, smddp__op_t *op, smddp_status_t st)
 {
     op->status = st;
-    snprintf(op->errmsg, sizeof(op->errmsg), "%s", smddp__last_error());
+    smddp__op_keep_error(op);
     op->next = *failed;
     *failed = op;
 }
@@ -530,7 +530,7 @@ static void complete_failed(smddp__op_t *failed)
     while (failed) {
         smddp__op_t *op = failed;
         failed = op->next;
-        smddp__error_quiet(op->status, "%s", op->errmsg);
+        smddp__error_quiet(op->status, "%s", smddp__op_errmsg(op));
         smddp__op_complete(op, op->status);
         smddp__request_unref(op);
     }

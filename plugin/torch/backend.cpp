@@ -45,8 +45,14 @@ static std::optional<c10::Device> cuda_device(const std::vector<at::Tensor>& out
 WorkSMDDP::WorkSMDDP(int rank, c10d::OpType type, c10::weak_intrusive_ptr<c10d::Backend> backend,
                      smddp_comm_t comm, uint64_t seq, std::vector<at::Tensor> outputs)
     // Without a RecordFunction callback (no profiler) the title would only
-    // cost torch an inactive RecordFunction per work.
-    : c10d::Work(rank, type, at::hasCallbacks() ? profiling_title(type) : nullptr), comm_(comm),
+    // cost torch an inactive RecordFunction per work. Asked as torch's own
+    // RECORD_FUNCTION asks (a thread-local read; at::hasCallbacks() takes a
+    // global lock), for the scope of the RecordFunction that Work makes.
+    : c10d::Work(rank, type,
+                 at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE)
+                     ? profiling_title(type)
+                     : nullptr),
+      comm_(comm),
       backend_(std::move(backend)), seq_(seq), outputs_(std::move(outputs)) {
   if (auto dev = cuda_device(outputs_)) {
     stream_ = c10::impl::getDeviceGuardImpl(dev->type())->getStream(*dev);
@@ -186,7 +192,7 @@ void WorkSMDDP::complete_future(c10::ivalue::Future& future, const std::exceptio
 
 bool WorkSMDDP::wait(std::chrono::milliseconds timeout) {
   if (parts_.empty() && requests_.empty()) {
-    // Ran at issue (complete_blocking): nothing of libsmddp's to wait for.
+    // Issued nothing (completed in enqueue): nothing of libsmddp's to wait for.
     return wait_completed();
   }
   const bool bounded = timeout != kNoTimeout;
@@ -729,16 +735,6 @@ void ProcessGroupSMDDP::fail_now(c10d::OpType type, const char* fn, smddp_status
   }
   run_abort_hooks();  // it ran and failed: the group is broken
   throw_backend_error(op_failure(type, this, comm_, st));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::complete_blocking(
-    const c10::intrusive_ptr<WorkSMDDP>& work, const char* fn, smddp_status_t st) {
-  if (refused(st)) {
-    fail_issue(fn, st);  // the work, never issued, is dropped
-  }
-  work->self_ = work;  // what an issued work holds until it completes
-  WorkSMDDP::on_request_done(work.get(), st);  // drops the last pending count: completes
-  return work;
 }
 
 bool ProcessGroupSMDDP::runs_now(const at::Tensor& t) {

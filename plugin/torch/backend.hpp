@@ -398,12 +398,6 @@ class ProcessGroupSMDDP : public c10d::Backend {
   bool refused(smddp_status_t st);
   // Throws for a blocking call of type (fn: its name in refusals) that returned st.
   [[noreturn]] void fail_now(c10d::OpType type, const char* fn, smddp_status_t st);
-  // Completes work, whose one operation libsmddp's blocking call ran and
-  // returned st for: a refusal (nothing ran) throws here, as a refused
-  // issue does; a failure is the work's error, thrown by its wait(), after
-  // the abort hooks ran, as for a request that failed.
-  c10::intrusive_ptr<c10d::Work> complete_blocking(const c10::intrusive_ptr<WorkSMDDP>& work,
-                                                   const char* fn, smddp_status_t st);
   // The backend of a communicator split or shrunk from this one: opts' timeout, else this one's.
   c10::intrusive_ptr<c10d::Backend> adopt_child(smddp_comm_t child,
                                                 const c10::intrusive_ptr<Options>& opts);
@@ -474,9 +468,11 @@ class ProcessGroupSMDDP : public c10d::Backend {
   void issue_allreduce(const c10::intrusive_ptr<WorkSMDDP>& work, const at::Tensor& tensor,
                        const detail::SmddpReduction& op);
   // libsmddp's blocking allreduce of t in place, a tensor runs_now accepts,
-  // under timeout_ms (0: the communicator's); the caller holds an InUse.
-  smddp_status_t blocking_allreduce(const at::Tensor& t, const detail::SmddpReduction& op,
-                                    int64_t timeout_ms);
+  // under timeout_ms (0: the communicator's), counted in the group's
+  // sequence and, under a profiler, recorded as a Work would be; throws what
+  // a work's wait() would.
+  void blocking_allreduce(const at::Tensor& t, const detail::SmddpReduction& op,
+                          int64_t timeout_ms);
   // allgather into a list of world-size tensors through one flat buffer.
   void issue_allgather_list(const c10::intrusive_ptr<WorkSMDDP>& work,
                             std::vector<at::Tensor>& outs, const at::Tensor& input);

@@ -5,12 +5,15 @@
 #include "convert.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 namespace smddp_torch {
 
@@ -74,13 +77,23 @@ void ProcessGroupSMDDP::issue_allreduce(const c10::intrusive_ptr<WorkSMDDP>& wor
   });
 }
 
-smddp_status_t ProcessGroupSMDDP::blocking_allreduce(const at::Tensor& t,
-                                                     const SmddpReduction& op,
-                                                     int64_t timeout_ms) {
+void ProcessGroupSMDDP::blocking_allreduce(const at::Tensor& t, const SmddpReduction& op,
+                                           int64_t timeout_ms) {
+  InUse in_use(*this);
+  ++seq_;
+  // Under a profiler: the event a Work records, by the same title.
+  std::optional<at::RecordFunction> traced;
+  if (auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE)) {
+    traced.emplace(std::move(*callbacks));
+    traced->before(profiling_title(c10d::OpType::ALLREDUCE), c10::ArrayRef<const c10::IValue>());
+  }
   smddp_coll_attr_t attr = attr_for(t, op.factor);
   attr.timeout_ms = timeout_ms;
-  return smddp_allreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), op.dtype, op.op, &attr,
-                         nullptr);
+  smddp_status_t st = smddp_allreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), op.dtype,
+                                      op.op, &attr, nullptr);
+  if (st != SMDDP_OK) {
+    fail_now(c10d::OpType::ALLREDUCE, "allreduce", st);
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tensor>& given,
@@ -90,14 +103,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tens
   check_reducible(given[0], opts.reduceOp, "allreduce");
   std::vector<at::Tensor> tensors = as_elems(given);
   SmddpReduction op = check_allreduce(tensors[0], opts.reduceOp);
-  auto work = new_work(c10d::OpType::ALLREDUCE, tensors, opts);
-  if (work->wait_now_ && runs_now(tensors[0])) {
+  if (waits_now(opts, 0) && !coalescing_here() && runs_now(tensors[0]) &&
+      !c10d::allow_inflight_collective_as_graph_input()) {
     // async_op=False on a tensor libsmddp uses in place: its blocking call,
-    // on this thread; the work is returned completed.
-    InUse in_use(*this);
-    return complete_blocking(work, "allreduce",
-                             blocking_allreduce(tensors[0], op, work->own_timeout_ms_));
+    // on this thread. It has finished when it returns, so no Work is made:
+    // torch.distributed's collectives take a null Work for a backend that
+    // synchronised in C++, and skip wait(). A failure throws here, with the
+    // error wait() would have thrown. (torch's in-flight collective
+    // registry, under torch.compile, needs a Work: the path below.)
+    blocking_allreduce(tensors[0], op, std::max<int64_t>(0, opts.timeout.count()));
+    return {};
   }
+  auto work = new_work(c10d::OpType::ALLREDUCE, tensors, opts);
   issue_allreduce(work, tensors[0], op);
   return enqueue(work);
 }
@@ -257,12 +274,7 @@ void ProcessGroupSMDDP::allreduce_now(at::Tensor& given, const c10d::ReduceOp& r
     allreduce(tensors, opts)->wait();
     return;
   }
-  InUse in_use(*this);
-  ++seq_;
-  smddp_status_t st = blocking_allreduce(tensor, op, 0);
-  if (st != SMDDP_OK) {
-    fail_now(c10d::OpType::ALLREDUCE, "allreduce", st);
-  }
+  blocking_allreduce(tensor, op, 0);
 }
 
 void ProcessGroupSMDDP::allgather_now(at::Tensor& given_output, at::Tensor& given_input) {

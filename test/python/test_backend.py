@@ -239,6 +239,31 @@ def _check_allreduce(rank, world, gloo):
     dist.all_reduce(view)
     _compare(failures, "allreduce non-contiguous", view.contiguous(), want)
     _compare(failures, "allreduce non-contiguous: other columns", base[:, 1::2], untouched)
+    # async_op=False reaches the backend as asyncOp: the blocking call has
+    # finished when it returns, and it returns no Work (torch's collectives
+    # then skip wait()); under torch's in-flight collective registry
+    # (torch.compile's wait_tensor) it returns a completed Work instead.
+    opts = dist.AllreduceOptions()
+    if hasattr(opts, "asyncOp"):
+        opts.asyncOp = False
+        x = _data(torch.float32, rank, n=5, salt=7)
+        want = _reduce_local(_gather_gloo(x, world, gloo), "sum", world)
+        work = dist.group.WORLD.allreduce([x], opts)
+        if work is not None:
+            failures.append(f"blocking allreduce returned a Work: {work}")
+        _compare(failures, "blocking allreduce, no Work", x, want)
+        from torch._C._distributed_c10d import _set_allow_inflight_collective_as_graph_input
+        _set_allow_inflight_collective_as_graph_input(True)
+        try:
+            x = _data(torch.float32, rank, n=5, salt=8)
+            want = _reduce_local(_gather_gloo(x, world, gloo), "sum", world)
+            work = dist.group.WORLD.allreduce([x], opts)
+            if work is None or not work.wait() or not work.is_completed():
+                failures.append(f"blocking allreduce with in-flight registry: no completed "
+                                f"Work ({work})")
+            _compare(failures, "blocking allreduce, in-flight registry", x, want)
+        finally:
+            _set_allow_inflight_collective_as_graph_input(False)
     # allreduce_coalesced
     xs = [_data(torch.float32, rank, n=n, salt=5) for n in (3, 10)]
     wants = [_reduce_local(_gather_gloo(x, world, gloo), "sum", world) for x in xs]
@@ -831,7 +856,8 @@ def _check_op_timeouts(rank, world, gloo):
     n = world
     cases = {
         "allreduce": lambda pg, o: pg.allreduce([torch.ones(4)], o),
-        # async_op=False: libsmddp's blocking call, under the options' timeout
+        # async_op=False: libsmddp's blocking call, under the options' timeout;
+        # it fails in the call, and returns no Work when it succeeds
         "allreduce_blocking": lambda pg, o: pg.allreduce([torch.ones(4)], o),
         "broadcast": lambda pg, o: pg.broadcast([torch.ones(4)], o),
         "allgather": lambda pg, o: pg.allgather([[torch.empty(4) for _ in range(n)]],
@@ -863,13 +889,22 @@ def _check_op_timeouts(rank, world, gloo):
         opts = options[name]()
         opts.timeout = timedelta(seconds=1)
         start = time.monotonic()
-        work = call(pg, opts)
+        work = None
         try:
+            work = call(pg, opts)
+            if work is None:
+                failures.append(f"{name} without its peers returned no Work and no error")
+                continue
             work.wait()
             failures.append(f"{name} without its peers completed")
         except RuntimeError as err:
             took = time.monotonic() - start
-            if not work.is_completed() or work.is_success() or work.exception() is None:
+            if name == "allreduce_blocking" and hasattr(opts, "asyncOp") and work is not None:
+                failures.append(f"{name}: the blocking call returned a Work, and wait() failed")
+            if work is None:
+                if name != "allreduce_blocking":
+                    failures.append(f"{name}: the call itself failed, not its wait(): {err}")
+            elif not work.is_completed() or work.is_success() or work.exception() is None:
                 failures.append(f"{name}: failed work: is_completed {work.is_completed()}, "
                                 f"is_success {work.is_success()}, exception {work.exception()}")
             if not 0.9 < took < 3:
@@ -879,6 +914,8 @@ def _check_op_timeouts(rank, world, gloo):
             if f"on group {pg.group_name}" not in str(err):
                 failures.append(f"{name}: the error does not name the group "
                                 f"{pg.group_name}: {err}")
+            if work is None:
+                continue
             # A Future first asked for after the failure carries it.
             fut = work.get_future()
             try:
