@@ -128,7 +128,7 @@ def make_peers(args, dist, torch, ctl, mpi_comm):
         peers.append(Peer("smddp-pool", lambda t: smddp.all_reduce(t, group=sm),
                           lambda o, i: smddp.all_gather_into_tensor(o, i, group=sm),
                           alloc=lambda count, dtype: backend.allocate_tensor(
-                              count, dtype=dtype, device="cpu")))
+                              count, dtype=dtype, device=torch.device("cpu"))))
     else:
         skipped["smddp-pool"] = f"torch {torch.__version__} has no Backend.allocate_tensor"
     if "gloo" in args.peers:
