@@ -467,11 +467,21 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // op: check_allreduce's result for tensor.
   void issue_allreduce(const c10::intrusive_ptr<WorkSMDDP>& work, const at::Tensor& tensor,
                        const detail::SmddpReduction& op);
+  // Whether a call with async_op=False (waits) on tensors a and b runs
+  // libsmddp's blocking call and returns no Work: both are runs_now's, and
+  // torch's in-flight collective registry (torch.compile's wait_tensor),
+  // which needs a Work to register, is off. torch.distributed's collectives
+  // take a null Work from a backend that has synchronised in C++, and skip
+  // wait().
+  bool runs_without_work(bool waits, const at::Tensor& a, const at::Tensor& b);
   // libsmddp's blocking allreduce of t in place, a tensor runs_now accepts,
   // under timeout_ms (0: the communicator's), counted in the group's
   // sequence and, under a profiler, recorded as a Work would be; throws what
   // a work's wait() would.
   void blocking_allreduce(const at::Tensor& t, const detail::SmddpReduction& op,
+                          int64_t timeout_ms);
+  // The same for an allgather of input into output (check_allgather_base's dtype).
+  void blocking_allgather(const at::Tensor& output, const at::Tensor& input, smddp_dtype_t dt,
                           int64_t timeout_ms);
   // allgather into a list of world-size tensors through one flat buffer.
   void issue_allgather_list(const c10::intrusive_ptr<WorkSMDDP>& work,

@@ -77,22 +77,53 @@ void ProcessGroupSMDDP::issue_allreduce(const c10::intrusive_ptr<WorkSMDDP>& wor
   });
 }
 
+bool ProcessGroupSMDDP::runs_without_work(bool waits, const at::Tensor& a, const at::Tensor& b) {
+  return waits && !coalescing_here() && runs_now(a) && runs_now(b) &&
+         !c10d::allow_inflight_collective_as_graph_input();
+}
+
+namespace {
+// Under a profiler, the event a Work of type records (its title), from
+// construction to destruction; nothing otherwise.
+class BlockingEvent {
+ public:
+  explicit BlockingEvent(c10d::OpType type) {
+    if (auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE)) {
+      event_.emplace(std::move(*callbacks));
+      event_->before(profiling_title(type), c10::ArrayRef<const c10::IValue>());
+    }
+  }
+
+ private:
+  std::optional<at::RecordFunction> event_;
+};
+}  // namespace
+
 void ProcessGroupSMDDP::blocking_allreduce(const at::Tensor& t, const SmddpReduction& op,
                                            int64_t timeout_ms) {
   InUse in_use(*this);
   ++seq_;
-  // Under a profiler: the event a Work records, by the same title.
-  std::optional<at::RecordFunction> traced;
-  if (auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE)) {
-    traced.emplace(std::move(*callbacks));
-    traced->before(profiling_title(c10d::OpType::ALLREDUCE), c10::ArrayRef<const c10::IValue>());
-  }
+  BlockingEvent event(c10d::OpType::ALLREDUCE);
   smddp_coll_attr_t attr = attr_for(t, op.factor);
   attr.timeout_ms = timeout_ms;
   smddp_status_t st = smddp_allreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), op.dtype,
                                       op.op, &attr, nullptr);
   if (st != SMDDP_OK) {
     fail_now(c10d::OpType::ALLREDUCE, "allreduce", st);
+  }
+}
+
+void ProcessGroupSMDDP::blocking_allgather(const at::Tensor& output, const at::Tensor& input,
+                                           smddp_dtype_t dt, int64_t timeout_ms) {
+  InUse in_use(*this);
+  ++seq_;
+  BlockingEvent event(c10d::OpType::_ALLGATHER_BASE);
+  smddp_coll_attr_t attr = attr_for(input);
+  attr.timeout_ms = timeout_ms;
+  smddp_status_t st = smddp_allgather(comm_, input.data_ptr(), output.data_ptr(), input.numel(),
+                                      dt, &attr, nullptr);
+  if (st != SMDDP_OK) {
+    fail_now(c10d::OpType::_ALLGATHER_BASE, "allgather", st);
   }
 }
 
@@ -103,14 +134,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tens
   check_reducible(given[0], opts.reduceOp, "allreduce");
   std::vector<at::Tensor> tensors = as_elems(given);
   SmddpReduction op = check_allreduce(tensors[0], opts.reduceOp);
-  if (waits_now(opts, 0) && !coalescing_here() && runs_now(tensors[0]) &&
-      !c10d::allow_inflight_collective_as_graph_input()) {
-    // async_op=False on a tensor libsmddp uses in place: its blocking call,
-    // on this thread. It has finished when it returns, so no Work is made:
-    // torch.distributed's collectives take a null Work for a backend that
-    // synchronised in C++, and skip wait(). A failure throws here, with the
-    // error wait() would have thrown. (torch's in-flight collective
-    // registry, under torch.compile, needs a Work: the path below.)
+  if (runs_without_work(waits_now(opts, 0), tensors[0], tensors[0])) {
+    // async_op=False: libsmddp's blocking call, on this thread. It has
+    // finished when it returns, so no Work is made; a failure throws here,
+    // with the error wait() would have thrown.
     blocking_allreduce(tensors[0], op, std::max<int64_t>(0, opts.timeout.count()));
     return {};
   }
@@ -258,6 +285,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_allgather_base(
   check_dtype(given_input, given_output, "allgather");
   at::Tensor output = as_elems(given_output);
   at::Tensor input = as_elems(given_input);
+  if (runs_without_work(waits_now(opts, 0), input, output)) {
+    // As allreduce's: async_op=False runs the blocking call, and returns no Work.
+    smddp_dtype_t dt = check_allgather_base(output, input, size_);
+    blocking_allgather(output, input, dt, std::max<int64_t>(0, opts.timeout.count()));
+    return {};
+  }
   auto work = new_work(c10d::OpType::_ALLGATHER_BASE, {output}, opts);
   issue_allgather_base(work, output, input);
   return enqueue(work);
@@ -287,13 +320,7 @@ void ProcessGroupSMDDP::allgather_now(at::Tensor& given_output, at::Tensor& give
     _allgather_base(output, input, opts)->wait();
     return;
   }
-  InUse in_use(*this);
-  ++seq_;
-  smddp_status_t st = smddp_allgather(comm_, input.data_ptr(), output.data_ptr(), input.numel(),
-                                      dt, nullptr, nullptr);
-  if (st != SMDDP_OK) {
-    fail_now(c10d::OpType::_ALLGATHER_BASE, "allgather", st);
-  }
+  blocking_allgather(output, input, dt, 0);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_into_tensor_coalesced(

@@ -243,25 +243,38 @@ def _check_allreduce(rank, world, gloo):
     # finished when it returns, and it returns no Work (torch's collectives
     # then skip wait()); under torch's in-flight collective registry
     # (torch.compile's wait_tensor) it returns a completed Work instead.
-    opts = dist.AllreduceOptions()
-    if hasattr(opts, "asyncOp"):
-        opts.asyncOp = False
-        x = _data(torch.float32, rank, n=5, salt=7)
+    import torch._C._distributed_c10d as c10d
+    from torch._C._distributed_c10d import _set_allow_inflight_collective_as_graph_input
+
+    def blocking_allreduce(salt):
+        x = _data(torch.float32, rank, n=5, salt=salt)
         want = _reduce_local(_gather_gloo(x, world, gloo), "sum", world)
-        work = dist.group.WORLD.allreduce([x], opts)
+        o = c10d.AllreduceOptions()
+        o.asyncOp = False
+        return dist.group.WORLD.allreduce([x], o), x, want
+
+    def blocking_allgather(salt):
+        x = _data(torch.float32, rank, n=5, salt=salt)
+        want = torch.cat(_gather_gloo(x, world, gloo).unbind(0))
+        out = torch.full((5 * world,), -1.0)
+        o = c10d.AllgatherOptions()
+        o.asyncOp = False
+        return dist.group.WORLD._allgather_base(out, x, o), out, want
+
+    for name, run in (("allreduce", blocking_allreduce), ("allgather", blocking_allgather)):
+        if not hasattr(c10d.AllreduceOptions(), "asyncOp"):
+            break
+        work, got, want = run(7)
         if work is not None:
-            failures.append(f"blocking allreduce returned a Work: {work}")
-        _compare(failures, "blocking allreduce, no Work", x, want)
-        from torch._C._distributed_c10d import _set_allow_inflight_collective_as_graph_input
+            failures.append(f"blocking {name} returned a Work: {work}")
+        _compare(failures, f"blocking {name}, no Work", got, want)
         _set_allow_inflight_collective_as_graph_input(True)
         try:
-            x = _data(torch.float32, rank, n=5, salt=8)
-            want = _reduce_local(_gather_gloo(x, world, gloo), "sum", world)
-            work = dist.group.WORLD.allreduce([x], opts)
+            work, got, want = run(8)
             if work is None or not work.wait() or not work.is_completed():
-                failures.append(f"blocking allreduce with in-flight registry: no completed "
+                failures.append(f"blocking {name} with in-flight registry: no completed "
                                 f"Work ({work})")
-            _compare(failures, "blocking allreduce, in-flight registry", x, want)
+            _compare(failures, f"blocking {name}, in-flight registry", got, want)
         finally:
             _set_allow_inflight_collective_as_graph_input(False)
     # allreduce_coalesced
@@ -1394,12 +1407,14 @@ def _check_profiler_events(rank, world, gloo):
     from torch.profiler import ProfilerActivity, profile
 
     t = torch.ones(8)
+    out = torch.empty(8 * world)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         dist.all_reduce(t)
+        dist.all_gather_into_tensor(out, t)
         dist.broadcast(t, src=0)
         dist.barrier()
     names = {e.name for e in prof.events()}
-    want = {"smddp:all_reduce", "smddp:broadcast", "smddp:barrier"}
+    want = {"smddp:all_reduce", "smddp:_allgather_base", "smddp:broadcast", "smddp:barrier"}
     return [f"profiler events lack {sorted(want - names)}; smddp ones: "
             f"{sorted(n for n in names if 'smddp' in n)}"] if want - names else []
 
