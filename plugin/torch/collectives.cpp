@@ -78,7 +78,8 @@ void ProcessGroupSMDDP::issue_allreduce(const c10::intrusive_ptr<WorkSMDDP>& wor
 }
 
 bool ProcessGroupSMDDP::runs_without_work(bool waits, const at::Tensor& a, const at::Tensor& b) {
-  return waits && !coalescing_here() && runs_now(a) && runs_now(b) &&
+  // runs_now refuses while the group coalesces; an in-place call passes one tensor twice.
+  return waits && runs_now(a) && (&b == &a || runs_now(b)) &&
          !c10d::allow_inflight_collective_as_graph_input();
 }
 
