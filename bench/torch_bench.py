@@ -53,11 +53,12 @@ whose comm hook communicates nothing (the floor set by compute, the
 optimizer and DDP's own bucket copies), a fifth whose hook copies each
 bucket once (the memory reference: the least traffic an allreduce of the
 bucket needs) and a sixth over smddp with smddp.allreduce_hook (torch's
-buckets moved into smddp's pools by the hook), mean step time without the
-first 3 steps. Then FSDP2 (fully_shard) on the same
+buckets moved into smddp's pools by the hook), each step's models in a
+shuffled order (the same on every rank), mean step time without the first 3
+steps. Then FSDP2 (fully_shard) on the same
 model over smddp with torch's buffers, over smddp with its all-gather and
 reduce-scatter buffers from the group (allocate_tensor: smddp's pools), and
-over gloo, steps alternating. Last, the speed targets with PASS/FAIL.
+over gloo, steps alternating in a shuffled order. Last, the speed targets with PASS/FAIL.
 """
 
 from __future__ import annotations
@@ -418,6 +419,23 @@ def linear_stack(torch, args):
     return nn.Sequential(*layers)
 
 
+def step_order(names, step: int) -> list:
+    """The models' order in one step: shuffled, from a seed every rank shares.
+
+    A model's step runs in the caches and memory the one before it left
+    (its dirty lines written back, its buffers evicted); in a fixed order
+    each model always follows the same one, which biased the comparison
+    (a DDP measured 2-7 points further over the floor first in the step
+    than last; bench/RESULTS.md). Shuffled, every model
+    follows each of the others alike.
+    """
+    import random
+
+    order = list(names)
+    random.Random(step).shuffle(order)
+    return order
+
+
 def step_means(args, times: dict) -> tuple[int, dict]:
     """Steps left out (the first 3 of more than 3), and each model's mean step over the rest."""
     skip = 3 if args.ddp_steps > 3 else 0
@@ -486,7 +504,7 @@ def run_ddp(torch, dist, args, groups, ctl, rank):
     times = {be: [] for be in ddps}
     for step in range(args.ddp_steps):
         x = torch.randn(args.ddp_batch, 2048, generator=gen)
-        for be in ddps:                         # alternate: same load for all
+        for be in step_order(ddps, step):       # alternate: same load for all
             m, opt = ddps[be], opts[be]
             buckets_for(be)
             dist.barrier(group=ctl)
@@ -558,7 +576,7 @@ def run_fsdp(torch, dist, args, groups, ctl, rank):
     times = {k: [] for k in models}
     for step in range(args.ddp_steps):
         x = torch.randn(args.ddp_batch, 2048, generator=gen)
-        for k in models:
+        for k in step_order(models, step):
             dist.barrier(group=ctl)
             t0 = time.perf_counter()
             optims[k].zero_grad(set_to_none=False)

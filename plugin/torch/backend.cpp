@@ -20,6 +20,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include "convert.hpp"
@@ -239,6 +240,12 @@ bool WorkSMDDP::wait_completed() {
   if (stream_) {
     // Orders the caller's current stream after the work (no host wait).
     future_->wait();
+  }
+  if (c10d::allow_inflight_collective_as_graph_input()) {
+    // Under torch's in-flight collective registry a Work leaves it when
+    // waited, as torch's own backends' do; the registry would keep it (and
+    // its tensors) otherwise, and warn of it at exit.
+    c10d::unregister_work(c10::intrusive_ptr<WorkSMDDP>::unsafe_reclaim_from_nonowning(this));
   }
   return true;
 }

@@ -274,6 +274,11 @@ def _check_allreduce(rank, world, gloo):
             if work is None or not work.wait() or not work.is_completed():
                 failures.append(f"blocking {name} with in-flight registry: no completed "
                                 f"Work ({work})")
+            # As torch's own backends' Works do, a waited Work leaves the
+            # registry (which would otherwise keep it, and warn at exit).
+            if c10d._get_work_registry_size() != 0:
+                failures.append(f"blocking {name} with in-flight registry: the waited Work "
+                                f"is still registered ({c10d._get_work_registry_size()})")
             _compare(failures, f"blocking {name}, in-flight registry", got, want)
         finally:
             _set_allow_inflight_collective_as_graph_input(False)
