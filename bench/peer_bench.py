@@ -31,8 +31,11 @@ starting with a different peer; in a round each peer does a checked call (inputs
 rank + 1, every element compared with the exact sum or gather), a warmup, then a
 timed loop of as many calls as fit --budget seconds. A round's time is the slowest rank's mean; a peer's time is its best
 round. The table gives each peer's time and its time / smddp's (above 1: smddp is
-faster). Outputs: the table on stdout, DIR/peer_bench.csv, DIR/peer_bench.png
-(with matplotlib), and last one line:
+faster). From 1 MiB up each size also times a memcpy of that many bytes on every
+rank at once (the "memcpy" rows of the CSV): a case where smddp is behind at those
+sizes is given in memcpys, smddp's, the peer's and, for a staged allreduce, the
+copies its bytes come to (the roofline). Outputs: the table on stdout,
+DIR/peer_bench.csv, DIR/peer_bench.png (with matplotlib), and last one line:
     peer_bench: smddp ahead at K of N (peer, size, ranks) cases; skipped peers: ...
 """
 
@@ -200,6 +203,40 @@ def probe(runnable, op, dt, bufs, rank, dist, torch, ctl, unsupported):
     return ok
 
 
+# From this size up, each size also times a memcpy of it on every rank at once:
+# the roofline a large case behind is measured against.
+ROOFLINE_MIN = 1 << 20
+
+
+def copy_time(args, torch, dist, ctl, size: int) -> float:
+    """A copy of `size` bytes between two tensors of this rank, every rank at
+    once (they share the memory system, as in a collective): the slowest
+    rank's mean, best of --rounds rounds, as the peers are timed."""
+    src = torch.ones(size, dtype=torch.uint8)
+    dst = torch.zeros(size, dtype=torch.uint8)
+    go = lambda: dst.copy_(src)  # noqa: E731
+    go()
+    t0 = time.perf_counter()
+    go()
+    est = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+    dist.all_reduce(est, op=dist.ReduceOp.MAX, group=ctl)
+    k = max(3, min(2000, int(args.budget / max(est.item(), 1e-7))))
+    return min(slowest_mean(torch, dist, go, k, ctl, ctl) for _ in range(args.rounds))
+
+
+# Bytes through each rank's memory per byte of a P-rank allreduce that
+# smddp's direct call stages (two-shot), not counting reads of lines the
+# rank has just written: the peers' pieces of its input into staging
+# (2 (P-1) / P: read and written), the reduction of its piece (P reads of
+# 1/P and one write of 1/P into staging), that piece written to its
+# output (1/P, from the cache), the peers' pieces copied out (2 (P-1) / P):
+# (5P - 2) / P, which a memcpy (a read and a write of each byte) moves in
+# (5P - 2) / (2P) copies: 2 for 2 ranks. In pools each rank reads every
+# byte once and writes every byte once: 1 copy.
+def staged_allreduce_copies(ranks: int) -> float:
+    return (5 * ranks - 2) / (2 * ranks)
+
+
 def run_rank(args, rank, n, port, mpi_comm) -> None:
     pin(rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
@@ -257,6 +294,9 @@ def run_rank(args, rank, n, port, mpi_comm) -> None:
                     bad = torch.tensor([wrong[p.name]], dtype=torch.int64)
                     dist.all_reduce(bad, group=ctl)
                     rows.append((op, dt, n, size, p.name, best[p.name] * 1e6, int(bad.item())))
+                if size >= ROOFLINE_MIN:
+                    rows.append((op, dt, n, size, "memcpy",
+                                 copy_time(args, torch, dist, ctl, size) * 1e6, 0))
     if rank == 0:
         for (name, op, dt), why in sorted(unsupported.items()):
             skipped.setdefault(name, "")
@@ -267,6 +307,21 @@ def run_rank(args, rank, n, port, mpi_comm) -> None:
 
 
 # ------------------------------------------------------------------------------ report
+
+def roofline(args, by, op, dt, s, p) -> str:
+    """A case behind against the memcpy measured in the same run: smddp's and
+    the peer's times in copies of the size, and for a staged allreduce the
+    copies its bytes come to."""
+    cp, me, peer = by.get((op, dt, s, "memcpy")), by.get((op, dt, s, REF[p])), by.get((op, dt, s, p))
+    if not cp or not me or not peer:
+        return ""
+    text = (f"roofline: a memcpy of {fmt_size(s)} took {cp[5]:.1f} us here; {REF[p]} "
+            f"{me[5] / cp[5]:.2f} memcpys, {p} {peer[5] / cp[5]:.2f}")
+    if op == "allreduce" and REF[p] == "smddp-direct":
+        text += (f"; staged, smddp moves {staged_allreduce_copies(args.ranks):.2f} memcpys' "
+                 f"bytes per rank, in pools 1")
+    return text
+
 
 def report(args, rows, skipped, present) -> None:
     os.makedirs(args.out, exist_ok=True)
@@ -310,9 +365,13 @@ def report(args, rows, skipped, present) -> None:
                         ahead += 1
                     else:
                         pool = mine.get("smddp-pool") if REF[p] == "smddp-direct" else None
+                        notes = []
+                        if pool and not pool[6]:
+                            notes.append(f"against smddp-pool {r[5] / pool[5]:.2f}")
+                        notes.append(roofline(args, by, op, dt, s, p))
                         behind.append(f"{p} {op} {dt} {fmt_size(s)}: {ratio:.2f}"
-                                      + (f" (against smddp-pool {r[5] / pool[5]:.2f})"
-                                         if pool and not pool[6] else ""))
+                                      + (f" ({'; '.join(x for x in notes if x)})"
+                                         if any(notes) else ""))
                 print("| " + " | ".join(cells) + " |")
     print(f"\nCSV: {csv_path}")
     plot(args, rows)
