@@ -483,6 +483,9 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // The same for an allgather of input into output (check_allgather_base's dtype).
   void blocking_allgather(const at::Tensor& output, const at::Tensor& input, smddp_dtype_t dt,
                           int64_t timeout_ms);
+  // The same for a reduce-scatter of input into output (check_reduce_scatter_base's op).
+  void blocking_reduce_scatter(const at::Tensor& output, const at::Tensor& input,
+                               const detail::SmddpReduction& op, int64_t timeout_ms);
   // allgather into a list of world-size tensors through one flat buffer.
   void issue_allgather_list(const c10::intrusive_ptr<WorkSMDDP>& work,
                             std::vector<at::Tensor>& outs, const at::Tensor& input);

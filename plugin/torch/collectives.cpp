@@ -128,6 +128,20 @@ void ProcessGroupSMDDP::blocking_allgather(const at::Tensor& output, const at::T
   }
 }
 
+void ProcessGroupSMDDP::blocking_reduce_scatter(const at::Tensor& output, const at::Tensor& input,
+                                                const SmddpReduction& op, int64_t timeout_ms) {
+  InUse in_use(*this);
+  ++seq_;
+  BlockingEvent event(c10d::OpType::_REDUCE_SCATTER_BASE);
+  smddp_coll_attr_t attr = attr_for(input, op.factor);
+  attr.timeout_ms = timeout_ms;
+  smddp_status_t st = smddp_reduce_scatter(comm_, input.data_ptr(), output.data_ptr(),
+                                           output.numel(), op.dtype, op.op, &attr, nullptr);
+  if (st != SMDDP_OK) {
+    fail_now(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", st);
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tensor>& given,
                                                             const c10d::AllreduceOptions& opts) {
   TORCH_CHECK(given.size() == 1, "smddp allreduce takes one tensor per call, got ",
@@ -396,6 +410,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_reduce_scatter_base(
   check_reducible(given_input, opts.reduceOp, "reduce_scatter");
   at::Tensor output = as_elems(given_output);
   at::Tensor input = as_elems(given_input);
+  if (runs_without_work(waits_now(opts, 0), input, output)) {
+    // As allreduce's: async_op=False runs the blocking call, and returns no Work.
+    SmddpReduction op = check_reduce_scatter_base(output, input, opts.reduceOp, size_);
+    blocking_reduce_scatter(output, input, op, std::max<int64_t>(0, opts.timeout.count()));
+    return {};
+  }
   auto work = new_work(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, opts);
   issue_reduce_scatter_base(work, output, input, opts.reduceOp);
   return enqueue(work);

@@ -261,7 +261,16 @@ def _check_allreduce(rank, world, gloo):
         o.asyncOp = False
         return dist.group.WORLD._allgather_base(out, x, o), out, want
 
-    for name, run in (("allreduce", blocking_allreduce), ("allgather", blocking_allgather)):
+    def blocking_reduce_scatter(salt):
+        x = _data(torch.float32, rank, n=5 * world, salt=salt)
+        want = _reduce_local(_gather_gloo(x, world, gloo), "sum", world)[5 * rank:5 * rank + 5]
+        out = torch.full((5,), -1.0)
+        o = c10d.ReduceScatterOptions()
+        o.asyncOp = False
+        return dist.group.WORLD._reduce_scatter_base(out, x, o), out, want
+
+    for name, run in (("allreduce", blocking_allreduce), ("allgather", blocking_allgather),
+                      ("reduce_scatter", blocking_reduce_scatter)):
         if not hasattr(c10d.AllreduceOptions(), "asyncOp"):
             break
         work, got, want = run(7)
@@ -1416,10 +1425,12 @@ def _check_profiler_events(rank, world, gloo):
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         dist.all_reduce(t)
         dist.all_gather_into_tensor(out, t)
+        dist.reduce_scatter_tensor(t, out)
         dist.broadcast(t, src=0)
         dist.barrier()
     names = {e.name for e in prof.events()}
-    want = {"smddp:all_reduce", "smddp:_allgather_base", "smddp:broadcast", "smddp:barrier"}
+    want = {"smddp:all_reduce", "smddp:_allgather_base", "smddp:_reduce_scatter_base",
+            "smddp:broadcast", "smddp:barrier"}
     return [f"profiler events lack {sorted(want - names)}; smddp ones: "
             f"{sorted(n for n in names if 'smddp' in n)}"] if want - names else []
 
