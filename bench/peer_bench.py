@@ -208,20 +208,26 @@ def probe(runnable, op, dt, bufs, rank, dist, torch, ctl, unsupported):
 ROOFLINE_MIN = 1 << 20
 
 
-def copy_time(args, torch, dist, ctl, size: int) -> float:
-    """A copy of `size` bytes between two tensors of this rank, every rank at
-    once (they share the memory system, as in a collective): the slowest
-    rank's mean, best of --rounds rounds, as the peers are timed."""
-    src = torch.ones(size, dtype=torch.uint8)
-    dst = torch.zeros(size, dtype=torch.uint8)
-    go = lambda: dst.copy_(src)  # noqa: E731
-    go()
+def timed_round(args, torch, dist, ctl, go) -> float:
+    """One round of go on every rank: a warmup, then enough calls for
+    --budget seconds, agreed by every rank; the slowest rank's mean."""
     t0 = time.perf_counter()
-    go()
-    est = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+    for _ in range(3):
+        go()
+    est = torch.tensor([(time.perf_counter() - t0) / 3], dtype=torch.float64)
     dist.all_reduce(est, op=dist.ReduceOp.MAX, group=ctl)
     k = max(3, min(2000, int(args.budget / max(est.item(), 1e-7))))
-    return min(slowest_mean(torch, dist, go, k, ctl, ctl) for _ in range(args.rounds))
+    return slowest_mean(torch, dist, go, k, ctl, ctl)
+
+
+def copy_time(args, torch, dist, ctl, size: int) -> float:
+    """A copy of `size` bytes between two tensors of this rank, every rank at
+    once (they share the memory system, as in a collective), best of
+    --rounds rounds, as the peers are timed."""
+    src = torch.ones(size, dtype=torch.uint8)
+    dst = torch.zeros(size, dtype=torch.uint8)
+    return min(timed_round(args, torch, dist, ctl, lambda: dst.copy_(src))
+               for _ in range(args.rounds))
 
 
 # Bytes through each rank's memory per byte of a P-rank allreduce that
@@ -281,15 +287,7 @@ def run_rank(args, rank, n, port, mpi_comm) -> None:
                             ok = bool(torch.equal(out, want))
                         wrong[p.name] += 0 if ok else 1
                         inp.zero_()
-                        # Warmup, then enough calls for --budget seconds, agreed by every rank.
-                        t0 = time.perf_counter()
-                        for _ in range(3):
-                            go()
-                        est = torch.tensor([(time.perf_counter() - t0) / 3], dtype=torch.float64)
-                        dist.all_reduce(est, op=dist.ReduceOp.MAX, group=ctl)
-                        k = max(3, min(2000, int(args.budget / max(est.item(), 1e-7))))
-                        best[p.name] = min(best[p.name],
-                                           slowest_mean(torch, dist, go, k, ctl, ctl))
+                        best[p.name] = min(best[p.name], timed_round(args, torch, dist, ctl, go))
                 for p in runnable:
                     bad = torch.tensor([wrong[p.name]], dtype=torch.int64)
                     dist.all_reduce(bad, group=ctl)

@@ -744,17 +744,6 @@ void ProcessGroupSMDDP::fail_now(c10d::OpType type, const char* fn, smddp_status
   throw_backend_error(op_failure(type, this, comm_, st));
 }
 
-bool ProcessGroupSMDDP::runs_now(const at::Tensor& t) {
-  TORCH_CHECK(!closing_.load(std::memory_order_relaxed),
-              "smddp: the process group has been shut down");
-  bool hooked = false;
-#ifdef SMDDP_C10D_BACKEND_HAS_COMPLETION_HOOK
-  hooked = hasHooks();
-#endif
-  return t.device().is_cpu() && t.is_contiguous() && !hooked &&
-         !timing_.load(std::memory_order_relaxed) && !coalescing_.load(std::memory_order_relaxed);
-}
-
 // Returns a contiguous tensor with t's values that libsmddp may use; when t
 // itself is not contiguous, a copy that is written back into t on success if
 // copy_back is set.
@@ -788,8 +777,6 @@ void ProcessGroupSMDDP::keep(WorkSMDDP& work, const at::Tensor& t) {
 void ProcessGroupSMDDP::then(WorkSMDDP& work, std::function<void()> fn) {
   work.finalizers_.push_back(std::move(fn));
 }
-
-
 
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store,
                                                  int rank, int size, int64_t timeout_ms,

@@ -389,7 +389,8 @@ class ProcessGroupSMDDP : public c10d::Backend {
  private:
   // Whether t can go to libsmddp's blocking call: on the CPU, contiguous,
   // and the group neither coalescing nor recording works (completion hooks,
-  // timing). allreduce_now, and allreduce with async_op=False.
+  // timing). The direct calls (allreduce_now, allgather_now), and
+  // runs_without_work for async_op=False.
   bool runs_now(const at::Tensor& t);
   // Whether a blocking call that failed with st ran nothing: an argument
   // libsmddp refuses, a feature it lacks, memory for the request, with the
@@ -474,18 +475,23 @@ class ProcessGroupSMDDP : public c10d::Backend {
   // take a null Work from a backend that has synchronised in C++, and skip
   // wait().
   bool runs_without_work(bool waits, const at::Tensor& a, const at::Tensor& b);
-  // libsmddp's blocking allreduce of t in place, a tensor runs_now accepts,
-  // under timeout_ms (0: the communicator's), counted in the group's
-  // sequence and, under a profiler, recorded as a Work would be; throws what
-  // a work's wait() would.
+  // libsmddp's blocking call of a collective on this thread: call(attr)
+  // with attr's timeout set to timeout (0: the communicator's), counted in
+  // the group's sequence and, under a profiler, recorded as a Work of type
+  // would be; throws what a work's wait() would (fn names the call).
+  template <typename Call>
+  void run_blocking(c10d::OpType type, const char* fn, smddp_coll_attr_t attr,
+                    std::chrono::milliseconds timeout, Call&& call);
+  // Through run_blocking: an allreduce of t in place, a tensor runs_now accepts;
   void blocking_allreduce(const at::Tensor& t, const detail::SmddpReduction& op,
-                          int64_t timeout_ms);
-  // The same for an allgather of input into output (check_allgather_base's dtype).
+                          std::chrono::milliseconds timeout);
+  // an allgather of input into output (check_allgather_base's dtype);
   void blocking_allgather(const at::Tensor& output, const at::Tensor& input, smddp_dtype_t dt,
-                          int64_t timeout_ms);
-  // The same for a reduce-scatter of input into output (check_reduce_scatter_base's op).
+                          std::chrono::milliseconds timeout);
+  // a reduce-scatter of input into output (check_reduce_scatter_base's op).
   void blocking_reduce_scatter(const at::Tensor& output, const at::Tensor& input,
-                               const detail::SmddpReduction& op, int64_t timeout_ms);
+                               const detail::SmddpReduction& op,
+                               std::chrono::milliseconds timeout);
   // allgather into a list of world-size tensors through one flat buffer.
   void issue_allgather_list(const c10::intrusive_ptr<WorkSMDDP>& work,
                             std::vector<at::Tensor>& outs, const at::Tensor& input);

@@ -77,6 +77,17 @@ void ProcessGroupSMDDP::issue_allreduce(const c10::intrusive_ptr<WorkSMDDP>& wor
   });
 }
 
+bool ProcessGroupSMDDP::runs_now(const at::Tensor& t) {
+  TORCH_CHECK(!closing_.load(std::memory_order_relaxed),
+              "smddp: the process group has been shut down");
+  bool hooked = false;
+#ifdef SMDDP_C10D_BACKEND_HAS_COMPLETION_HOOK
+  hooked = hasHooks();
+#endif
+  return t.device().is_cpu() && t.is_contiguous() && !hooked &&
+         !timing_.load(std::memory_order_relaxed) && !coalescing_.load(std::memory_order_relaxed);
+}
+
 bool ProcessGroupSMDDP::runs_without_work(bool waits, const at::Tensor& a, const at::Tensor& b) {
   // runs_now refuses while the group coalesces; an in-place call passes one tensor twice.
   return waits && runs_now(a) && (&b == &a || runs_now(b)) &&
@@ -100,46 +111,45 @@ class BlockingEvent {
 };
 }  // namespace
 
-void ProcessGroupSMDDP::blocking_allreduce(const at::Tensor& t, const SmddpReduction& op,
-                                           int64_t timeout_ms) {
+template <typename Call>
+void ProcessGroupSMDDP::run_blocking(c10d::OpType type, const char* fn, smddp_coll_attr_t attr,
+                                     std::chrono::milliseconds timeout, Call&& call) {
   InUse in_use(*this);
   ++seq_;
-  BlockingEvent event(c10d::OpType::ALLREDUCE);
-  smddp_coll_attr_t attr = attr_for(t, op.factor);
-  attr.timeout_ms = timeout_ms;
-  smddp_status_t st = smddp_allreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), op.dtype,
-                                      op.op, &attr, nullptr);
+  BlockingEvent event(type);
+  attr.timeout_ms = std::max<int64_t>(0, timeout.count());
+  smddp_status_t st = call(&attr);
   if (st != SMDDP_OK) {
-    fail_now(c10d::OpType::ALLREDUCE, "allreduce", st);
+    fail_now(type, fn, st);
   }
+}
+
+void ProcessGroupSMDDP::blocking_allreduce(const at::Tensor& t, const SmddpReduction& op,
+                                           std::chrono::milliseconds timeout) {
+  run_blocking(c10d::OpType::ALLREDUCE, "allreduce", attr_for(t, op.factor), timeout,
+               [&](const smddp_coll_attr_t* a) {
+                 return smddp_allreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), op.dtype,
+                                        op.op, a, nullptr);
+               });
 }
 
 void ProcessGroupSMDDP::blocking_allgather(const at::Tensor& output, const at::Tensor& input,
-                                           smddp_dtype_t dt, int64_t timeout_ms) {
-  InUse in_use(*this);
-  ++seq_;
-  BlockingEvent event(c10d::OpType::_ALLGATHER_BASE);
-  smddp_coll_attr_t attr = attr_for(input);
-  attr.timeout_ms = timeout_ms;
-  smddp_status_t st = smddp_allgather(comm_, input.data_ptr(), output.data_ptr(), input.numel(),
-                                      dt, &attr, nullptr);
-  if (st != SMDDP_OK) {
-    fail_now(c10d::OpType::_ALLGATHER_BASE, "allgather", st);
-  }
+                                           smddp_dtype_t dt, std::chrono::milliseconds timeout) {
+  run_blocking(c10d::OpType::_ALLGATHER_BASE, "allgather", attr_for(input), timeout,
+               [&](const smddp_coll_attr_t* a) {
+                 return smddp_allgather(comm_, input.data_ptr(), output.data_ptr(), input.numel(),
+                                        dt, a, nullptr);
+               });
 }
 
 void ProcessGroupSMDDP::blocking_reduce_scatter(const at::Tensor& output, const at::Tensor& input,
-                                                const SmddpReduction& op, int64_t timeout_ms) {
-  InUse in_use(*this);
-  ++seq_;
-  BlockingEvent event(c10d::OpType::_REDUCE_SCATTER_BASE);
-  smddp_coll_attr_t attr = attr_for(input, op.factor);
-  attr.timeout_ms = timeout_ms;
-  smddp_status_t st = smddp_reduce_scatter(comm_, input.data_ptr(), output.data_ptr(),
-                                           output.numel(), op.dtype, op.op, &attr, nullptr);
-  if (st != SMDDP_OK) {
-    fail_now(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", st);
-  }
+                                                const SmddpReduction& op,
+                                                std::chrono::milliseconds timeout) {
+  run_blocking(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", attr_for(input, op.factor),
+               timeout, [&](const smddp_coll_attr_t* a) {
+                 return smddp_reduce_scatter(comm_, input.data_ptr(), output.data_ptr(),
+                                             output.numel(), op.dtype, op.op, a, nullptr);
+               });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tensor>& given,
@@ -153,7 +163,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allreduce(std::vector<at::Tens
     // async_op=False: libsmddp's blocking call, on this thread. It has
     // finished when it returns, so no Work is made; a failure throws here,
     // with the error wait() would have thrown.
-    blocking_allreduce(tensors[0], op, std::max<int64_t>(0, opts.timeout.count()));
+    blocking_allreduce(tensors[0], op, opts.timeout);
     return {};
   }
   auto work = new_work(c10d::OpType::ALLREDUCE, tensors, opts);
@@ -303,7 +313,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_allgather_base(
   if (runs_without_work(waits_now(opts, 0), input, output)) {
     // As allreduce's: async_op=False runs the blocking call, and returns no Work.
     smddp_dtype_t dt = check_allgather_base(output, input, size_);
-    blocking_allgather(output, input, dt, std::max<int64_t>(0, opts.timeout.count()));
+    blocking_allgather(output, input, dt, opts.timeout);
     return {};
   }
   auto work = new_work(c10d::OpType::_ALLGATHER_BASE, {output}, opts);
@@ -322,7 +332,7 @@ void ProcessGroupSMDDP::allreduce_now(at::Tensor& given, const c10d::ReduceOp& r
     allreduce(tensors, opts)->wait();
     return;
   }
-  blocking_allreduce(tensor, op, 0);
+  blocking_allreduce(tensor, op, std::chrono::milliseconds(0));
 }
 
 void ProcessGroupSMDDP::allgather_now(at::Tensor& given_output, at::Tensor& given_input) {
@@ -335,7 +345,7 @@ void ProcessGroupSMDDP::allgather_now(at::Tensor& given_output, at::Tensor& give
     _allgather_base(output, input, opts)->wait();
     return;
   }
-  blocking_allgather(output, input, dt, 0);
+  blocking_allgather(output, input, dt, std::chrono::milliseconds(0));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::allgather_into_tensor_coalesced(
@@ -413,7 +423,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSMDDP::_reduce_scatter_base(
   if (runs_without_work(waits_now(opts, 0), input, output)) {
     // As allreduce's: async_op=False runs the blocking call, and returns no Work.
     SmddpReduction op = check_reduce_scatter_base(output, input, opts.reduceOp, size_);
-    blocking_reduce_scatter(output, input, op, std::max<int64_t>(0, opts.timeout.count()));
+    blocking_reduce_scatter(output, input, op, opts.timeout);
     return {};
   }
   auto work = new_work(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, opts);
