@@ -2,12 +2,18 @@
 #include "ofi.h"
 #include "mr_cache.h"
 
+#include <dirent.h>
+#include <limits.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../param.h"
 #include "shm.h"
@@ -58,12 +64,55 @@ static smddp_status_t fi_error(int rc, const char *what)
     return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: %s failed: %s", what, fi_strerror(-rc));
 }
 
+bool smddp__efa_present(const char *class_dir)
+{
+    DIR *dir = opendir(class_dir);
+    if (!dir) return false;
+    bool found = false;
+    const struct dirent *e;
+    while (!found && (e = readdir(dir)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char link[PATH_MAX], target[PATH_MAX];
+        int n = snprintf(link, sizeof(link), "%s/%s/device/driver", class_dir, e->d_name);
+        if (n < 0 || (size_t)n >= sizeof(link)) continue;
+        ssize_t len = readlink(link, target, sizeof(target) - 1);
+        if (len <= 0) continue;
+        target[len] = '\0';
+        const char *base = strrchr(target, '/');
+        found = strcmp(base ? base + 1 : target, "efa") == 0;
+    }
+    closedir(dir);
+    return found;
+}
+
+/*
+ * FI_PROVIDER=efa on a machine without an EFA device: SageMaker's runner
+ * exports it on every instance type. Unless SMDDP_OFI_PROVIDER names a
+ * provider (then the choice stays strict), the variable is dropped before
+ * libfabric first reads it (libfabric keeps only the providers it names, for
+ * the life of the process), and tcp;ofi_rxm is used; open_endpoint says so.
+ */
+static pthread_once_t efa_once = PTHREAD_ONCE_INIT;
+static bool efa_dropped;
+
+static void drop_absent_efa(void)
+{
+    const char *fp = getenv("FI_PROVIDER");
+    if (smddp__params()->ofi_provider[0] || !fp) return;
+    while (*fp == ' ') fp++;
+    if (strncasecmp(fp, "efa", 3) != 0 || fp[3 + strspn(fp + 3, " ")] != '\0') return;
+    if (smddp__efa_present(SMDDP_EFA_CLASS_DIR)) return;
+    unsetenv("FI_PROVIDER");
+    efa_dropped = true;
+}
+
 /*
  * fi_getinfo for reliable datagrams with tagged messages from provider
  * (NULL: any), plus extra capabilities.
  */
 static int get_info_caps(const char *provider, uint64_t extra, struct fi_info **out)
 {
+    pthread_once(&efa_once, drop_absent_efa);
     struct fi_info *hints = fi_allocinfo();
     if (!hints) return -FI_ENOMEM;
     hints->ep_attr->type = FI_EP_RDM;
@@ -120,6 +169,16 @@ static smddp_status_t choose_provider(struct fi_info **out)
                                 fi_strerror(-rc));
         return SMDDP_OK;
     }
+    if (efa_dropped) {
+        rc = get_info("tcp;ofi_rxm", out);
+        if (rc != 0)
+            return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                                "FI_PROVIDER=efa, but this machine has no EFA device, and "
+                                "libfabric's tcp;ofi_rxm is not usable either: %s (libfabric "
+                                "keeps FI_PROVIDER from its first use in the process); set "
+                                "FI_PROVIDER=tcp or SMDDP_OFI_PROVIDER", fi_strerror(-rc));
+        return SMDDP_OK;
+    }
     if (get_info("efa", out) == 0) return SMDDP_OK;
     rc = get_info("tcp;ofi_rxm", out);
     if (rc != 0)
@@ -155,6 +214,14 @@ static smddp_status_t open_endpoint(smddp__ofi_t *o)
     int rc;
     SMDDP_CHECK(choose_provider(&o->info));
     snprintf(o->provider, sizeof(o->provider), "%s", o->info->fabric_attr->prov_name);
+    static atomic_int said_efa;
+    if (efa_dropped && !atomic_exchange(&said_efa, 1)) {
+        /* Once per process; as a warning from the communicator's rank 0 only. */
+        int level = o->comm->rank == 0 ? SMDDP_LOG_WARN : SMDDP_LOG_INFO;
+        SMDDP_LOG(level, "FI_PROVIDER=efa, but this machine has no EFA device (none under %s): "
+                  "using libfabric's %s between nodes instead (SMDDP_OFI_PROVIDER names a "
+                  "provider strictly)", SMDDP_EFA_CLASS_DIR, o->provider);
+    }
     o->hmem = offers_hmem(o->provider);
     o->software = o->info->domain_attr->data_progress == FI_PROGRESS_MANUAL &&
                   (strstr(o->provider, "tcp") || strstr(o->provider, "sockets") ||

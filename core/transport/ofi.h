@@ -17,12 +17,17 @@
 bool smddp__ofi_built(void);
 /* Whether libfabric offers provider here (reliable datagrams, tagged messages). */
 bool smddp__ofi_offers(const char *provider);
+/* Where RDMA devices are listed (sysfs); an EFA device is one whose driver is "efa". */
+#define SMDDP_EFA_CLASS_DIR "/sys/class/infiniband"
+/* Whether class_dir lists a device driven by efa (false where it cannot be read). */
+bool smddp__efa_present(const char *class_dir);
 
 /*
  * Collective over every rank of comm, through its store: opens two endpoints
  * (collectives, send/recv), publishes their addresses and inserts every peer's. The provider is
  * SMDDP_OFI_PROVIDER, else libfabric's choice under FI_PROVIDER, else efa
- * where present, else tcp;ofi_rxm.
+ * where present, else tcp;ofi_rxm. FI_PROVIDER=efa on a machine with no EFA
+ * device counts as unset (one warning says so) unless SMDDP_OFI_PROVIDER is set.
  */
 smddp_status_t smddp__ofi_setup(smddp_comm_t comm);
 /* Closes the endpoints; transfers still posted are dropped. Safe without setup. */

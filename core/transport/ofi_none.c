@@ -20,6 +20,11 @@ bool smddp__ofi_offers(const char *provider)
     (void)provider;
     return false;
 }
+bool smddp__efa_present(const char *class_dir)
+{
+    (void)class_dir;
+    return false;
+}
 bool smddp__ofi_hmem(smddp_comm_t comm)
 {
     (void)comm;

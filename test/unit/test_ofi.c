@@ -311,6 +311,64 @@ static void test_bad_provider(void **state)
     assert_int_equal(harness_run(2, bad_provider_fn, NULL, &opts), 0);
 }
 
+/* An EFA device is an entry of the RDMA class whose driver is efa; others are not. */
+static void test_efa_present(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/smddp-efa-XXXXXX", path[256], cmd[320];
+    assert_non_null(mkdtemp(root));
+    snprintf(path, sizeof(path), "%s/missing", root);
+    assert_false(smddp__efa_present(path));
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s/mlx5_0/device %s/rdmap0/device && "
+             "ln -s ../../../bus/pci/drivers/mlx5_core %s/mlx5_0/device/driver", root, root, root);
+    assert_int_equal(system(cmd), 0);
+    assert_false(smddp__efa_present(root)); /* an RDMA device, not EFA; one without a driver */
+    snprintf(cmd, sizeof(cmd), "ln -s ../../../bus/pci/drivers/efa %s/rdmap0/device/driver", root);
+    assert_int_equal(system(cmd), 0);
+    assert_true(smddp__efa_present(root));
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    assert_int_equal(system(cmd), 0);
+}
+
+/*
+ * FI_PROVIDER=efa where no EFA device is (SageMaker's runner exports it on
+ * every instance): the ranks drop it and meet over tcp;ofi_rxm.
+ */
+static void efa_absent_fn(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)rank, (void)size, (void)arg;
+    H_OK(smddp__ofi_setup(comm));
+    H_CHECK(strcmp(smddp__ofi_provider(comm), "tcp;ofi_rxm") == 0, "provider %s, expected "
+            "tcp;ofi_rxm", smddp__ofi_provider(comm));
+    H_CHECK(getenv("FI_PROVIDER") == NULL, "FI_PROVIDER=%s is still set", getenv("FI_PROVIDER"));
+    smddp__ofi_teardown(comm);
+}
+
+/* SMDDP_OFI_PROVIDER=efa stays strict: setup fails, naming efa and the setting. */
+static void efa_strict_fn(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)rank, (void)size, (void)arg;
+    H_CHECK(smddp__ofi_setup(comm) == SMDDP_ERR_NOT_SUPPORTED, "efa asked for by "
+            "SMDDP_OFI_PROVIDER without a device");
+    const char *msg = smddp_get_last_error(NULL);
+    H_CHECK(strstr(msg, "\"efa\"") && strstr(msg, "SMDDP_OFI_PROVIDER"), "message: %s", msg);
+    H_CHECK(getenv("FI_PROVIDER") && strcmp(getenv("FI_PROVIDER"), "efa") == 0,
+            "FI_PROVIDER was changed under an explicit SMDDP_OFI_PROVIDER");
+}
+
+static void test_efa_absent(void **state)
+{
+    (void)state;
+    if (smddp__efa_present(SMDDP_EFA_CLASS_DIR)) {
+        print_message("skipped: this machine has an EFA device\n");
+        skip();
+    }
+    harness_opts_t opts = {.env = LOOPBACK " FI_PROVIDER=efa SMDDP_TIMEOUT=60", .timeout_s = 60};
+    assert_int_equal(harness_run(2, efa_absent_fn, NULL, &opts), 0);
+    harness_opts_t strict = {.env = "FI_PROVIDER=efa SMDDP_OFI_PROVIDER=efa", .timeout_s = 60};
+    assert_int_equal(harness_run(2, efa_strict_fn, NULL, &strict), 0);
+}
+
 /*
  * Ranks on different providers (SMDDP_OFI_PROVIDER or FI_PROVIDER set on
  * some hosts only; efa on some, tcp on others) cannot talk: setup fails on
@@ -358,6 +416,8 @@ int main(void)
         cmocka_unit_test(test_receive_times_out),
         cmocka_unit_test(test_receive_from_killed_peer),
         cmocka_unit_test(test_bad_provider),
+        cmocka_unit_test(test_efa_present),
+        cmocka_unit_test(test_efa_absent),
         cmocka_unit_test(test_provider_mismatch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
