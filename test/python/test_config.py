@@ -265,3 +265,37 @@ def test_empty_sm_hps_is_no_hyperparameters(tmp_path):
     assert resolve(env={"SM_HPS": ""}, hyperparameters_file=str(path)).backend == "nccl"
     assert resolve(env={"SM_HPS": "  "}, hyperparameters_file=str(tmp_path / "none")) == \
         CommConfig("auto", "default")
+
+
+# SageMaker's runner (sagemaker-training 4.4.x) passes its decision to every rank.
+
+@pytest.mark.parametrize("value,backend", [("1", "auto"), ("0", "nccl"), (" 0 ", "nccl")])
+def test_runner_decision(value, backend, missing_hps):
+    env = {"USE_SMDDP_COLLECTIVES": value, "SM_TRAINING_ENV": training_env(
+        "nccl" if backend == "auto" else "auto")}
+    cfg = resolve(env=env, hyperparameters_file=missing_hps)
+    assert cfg == CommConfig(backend, f"USE_SMDDP_COLLECTIVES={value.strip()}")
+
+
+def test_runner_decision_yields_to_explicit_settings(missing_hps):
+    env = {"USE_SMDDP_COLLECTIVES": "0"}
+    assert resolve("auto", env=env, hyperparameters_file=missing_hps) == CommConfig(
+        "auto", "--communication-backend")
+    env["SMDDP_COMMUNICATION_BACKEND"] = "auto"
+    assert resolve(env=env, hyperparameters_file=missing_hps) == CommConfig(
+        "auto", "SMDDP_COMMUNICATION_BACKEND (over USE_SMDDP_COLLECTIVES=0)")
+    env["SMDDP_COMMUNICATION_BACKEND"] = "nccl"  # agreeing: nothing to say
+    assert resolve(env=env, hyperparameters_file=missing_hps) == CommConfig(
+        "nccl", "SMDDP_COMMUNICATION_BACKEND")
+
+
+@pytest.mark.parametrize("value", ["yes", "2", "auto"])
+def test_runner_decision_bad_value(value, missing_hps):
+    with pytest.raises(ConfigError, match=rf"USE_SMDDP_COLLECTIVES='{value}'.*'1' \(auto.*'0' "
+                                          r"\(nccl\)"):
+        resolve(env={"USE_SMDDP_COLLECTIVES": value}, hyperparameters_file=missing_hps)
+
+
+def test_empty_runner_decision_is_unset(missing_hps):
+    env = {"USE_SMDDP_COLLECTIVES": "", "SM_TRAINING_ENV": training_env("nccl")}
+    assert resolve(env=env, hyperparameters_file=missing_hps).backend == "nccl"

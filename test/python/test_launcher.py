@@ -106,6 +106,54 @@ def test_openmpi_several_nodes_needs_an_address(monkeypatch, capsys):
     assert dry_run(capsys, "python", "t.py")[1]["MASTER_ADDR"] == "10.0.0.5"
 
 
+# The runner's mpirun over two hosts (sagemaker-training 4.4.x): the master
+# host's ranks also inherit the container's MASTER_ADDR/MASTER_PORT, the other
+# host's ranks get only what mpirun -x passes.
+SM_RUNNER = dict(SMDATAPARALLEL_SERVER_ADDR="algo-1", SMDATAPARALLEL_SERVER_PORT="7592",
+                 USE_SMDDP_COLLECTIVES="1", FI_PROVIDER="efa")
+
+
+@pytest.mark.parametrize("container", [dict(MASTER_ADDR="algo-1", MASTER_PORT="7777"), {}])
+def test_sagemaker_runner_hosts_meet(monkeypatch, capsys, container):
+    set_env(monkeypatch, **{**OMPI, "OMPI_COMM_WORLD_LOCAL_SIZE": "2", **SM_RUNNER, **container})
+    rc, env, _, out, _ = dry_run(capsys, "python", "-m", "mpi4py", "train.py")
+    assert rc == 0 and "mode: openmpi" in out
+    assert env["MASTER_ADDR"] == "algo-1" and env["MASTER_PORT"] == "7592"
+    rc, env, _, _, _ = dry_run(capsys, "--master-addr", "n0", "--master-port", "4242", "python")
+    assert env["MASTER_ADDR"] == "n0" and env["MASTER_PORT"] == "4242"  # flags still win
+
+
+def test_sagemaker_address_only_for_mpi_and_slurm(monkeypatch, capsys):
+    set_env(monkeypatch, RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="29511",
+            TORCHELASTIC_RUN_ID="x", **SM_RUNNER)
+    rc, env, _, _, _ = dry_run(capsys, "python", "t.py")
+    assert rc == 0 and env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == "29511"
+
+
+@pytest.mark.parametrize("var,value", [("SMDATAPARALLEL_SERVER_PORT", "75x"),
+                                       ("MASTER_PORT", "70000")])
+def test_bad_port_exits_2(monkeypatch, capsys, var, value):
+    set_env(monkeypatch, **OMPI, **{var: value})
+    rc, _, _, _, err = dry_run(capsys, "python", "t.py")
+    assert rc == 2 and f"{var}={value!r} is not a port" in err and "1-65535" in err
+
+
+@pytest.mark.parametrize("runner,backend", [("0", "nccl"), ("1", "auto")])
+def test_runner_decision_is_honoured(monkeypatch, capsys, fake_lib, runner, backend):
+    monkeypatch.setattr(launcher, "package_dirs", lambda: [str(fake_lib.parent)])
+    set_env(monkeypatch, **OMPI, USE_SMDDP_COLLECTIVES=runner, SM_TRAINING_ENV=(
+        '{"additional_framework_parameters": {"sagemaker_communication_backend": "%s"}}'
+        % ("auto" if runner == "0" else "nccl")))
+    rc, env, _, out, _ = dry_run(capsys, "python", "t.py")
+    assert rc == 0
+    assert f"backend: {backend} (configured {backend} by USE_SMDDP_COLLECTIVES={runner})" in out
+    assert env["SMDDP_COMMUNICATION_BACKEND"] == backend and env["USE_SMDDP_COLLECTIVES"] == runner
+    assert ("LD_PRELOAD" in env) == (backend == "auto")
+    other = "auto" if backend == "nccl" else "nccl"
+    rc, env, _, out, _ = dry_run(capsys, "--communication-backend", other, "python", "t.py")
+    assert rc == 0 and env["SMDDP_COMMUNICATION_BACKEND"] == other
+
+
 SLURM = dict(SLURM_PROCID="5", SLURM_NTASKS="8", SLURM_LOCALID="1", SLURM_NODEID="2",
              SLURM_NNODES="4", SLURM_TASKS_PER_NODE="2(x4)", SLURM_JOB_ID="4711",
              SLURM_STEP_ID="0", SLURM_JOB_NODELIST="gpu-[007-010]",
@@ -322,6 +370,21 @@ def test_wrapper_execs_the_command_with_the_mapped_environment():
                           env=_subprocess_env(**OMPI), timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["2", "4", "2", "127.0.0.1", "nccl", "0"]
+
+
+@needs_package
+def test_wrapper_names_the_backend_once_per_machine():
+    """The log line: local rank 0 names the backend and where the decision came from."""
+    lines = []
+    for local in ("0", "1"):
+        proc = subprocess.run([sys.executable, "-m", "smddp.launcher", sys.executable, "-c",
+                               "pass"], capture_output=True, text=True, timeout=60,
+                              env=_subprocess_env(**{**OMPI, "OMPI_COMM_WORLD_LOCAL_RANK": local,
+                                                     "USE_SMDDP_COLLECTIVES": "0"}))
+        assert proc.returncode == 0, proc.stderr
+        lines.append(proc.stderr)
+    assert lines == ["smddprun: communication backend nccl (configured nccl by "
+                     "USE_SMDDP_COLLECTIVES=0)\n", ""]
 
 
 @needs_package

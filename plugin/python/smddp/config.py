@@ -7,14 +7,19 @@ must all read them the same way, so the rule lives here once. Highest first:
 1. an explicit argument (``smddprun --communication-backend``);
 2. the environment variable ``SMDDP_COMMUNICATION_BACKEND`` (a row of the C
    settings table, so the core reads the same value);
-3. ``sagemaker_communication_backend`` under ``additional_framework_parameters``
+3. ``USE_SMDDP_COLLECTIVES``, the decision SageMaker's training toolkit
+   (``sagemaker-training`` 4.4.x, its smdataparallel runner) passes to every
+   rank: ``1`` is ``auto``, ``0`` is ``nccl``. The runner exports ``0`` where
+   the job asked for nccl or where it did not find the SMDDP libraries, and
+   that fallback must hold in the ranks;
+4. ``sagemaker_communication_backend`` under ``additional_framework_parameters``
    in ``SM_TRAINING_ENV`` (JSON), where SageMaker puts
    ``distribution={"smdistributed": {"dataparallel": {"communication_options":
    ...}}}``; then the same key in the hyperparameters: ``SM_HPS`` (JSON) or,
    when that is not set, the file ``/opt/ml/input/config/hyperparameters.json``;
-4. a ``communication_options`` JSON object, ``{"backend": "auto"}``, given as a
+5. a ``communication_options`` JSON object, ``{"backend": "auto"}``, given as a
    string or as ``@file`` (``smddprun --communication-options``);
-5. the default, ``auto``.
+6. the default, ``auto``.
 
 The first source that names a value decides; lower sources are not read, so a
 malformed file that an explicit setting overrides cannot fail the job. Values
@@ -36,6 +41,8 @@ from typing import Any, Mapping, Optional
 BACKENDS = ("auto", "nccl")
 DEFAULT_BACKEND = "auto"
 ENV_VAR = "SMDDP_COMMUNICATION_BACKEND"
+RUNNER_VAR = "USE_SMDDP_COLLECTIVES"
+RUNNER_VALUES = {"1": "auto", "0": "nccl"}
 HPS_KEY = "sagemaker_communication_backend"
 DEFAULT_HYPERPARAMETERS_FILE = "/opt/ml/input/config/hyperparameters.json"
 
@@ -130,6 +137,16 @@ def _from_sagemaker(env: Mapping[str, str], hyperparameters_file: str) -> Option
     return None
 
 
+def _from_runner(env: Mapping[str, str]) -> Optional[CommConfig]:
+    value = env.get(RUNNER_VAR, "").strip()
+    if not value:
+        return None
+    if value not in RUNNER_VALUES:
+        raise ConfigError(f"invalid {RUNNER_VAR}={value!r}: accepted values are '1' (auto: "
+                          "smddp's collectives) or '0' (nccl)")
+    return CommConfig(RUNNER_VALUES[value], f"{RUNNER_VAR}={value}")
+
+
 def _from_options(options: str) -> Optional[CommConfig]:
     if options.startswith("@"):
         what = f"--communication-options file {options[1:]}"
@@ -175,8 +192,12 @@ def resolve(
         return CommConfig(_normalize(backend, "--communication-backend"), "--communication-backend")
     value = env.get(ENV_VAR, "")
     if value.strip():
-        return CommConfig(_normalize(value, ENV_VAR), ENV_VAR)
-    found = _from_sagemaker(env, hyperparameters_file)
+        backend, source = _normalize(value, ENV_VAR), ENV_VAR
+        runner = env.get(RUNNER_VAR, "").strip()
+        if runner and RUNNER_VALUES.get(runner) != backend:
+            source += f" (over {RUNNER_VAR}={runner})"  # said wherever the source is shown
+        return CommConfig(backend, source)
+    found = _from_runner(env) or _from_sagemaker(env, hyperparameters_file)
     if found is None and communication_options is not None:
         found = _from_options(communication_options)
     return found or CommConfig(DEFAULT_BACKEND, "default")

@@ -6,13 +6,17 @@ Two ways, as SageMaker uses its launcher:
   (``mpirun -np 4 smddprun python train.py``, ``srun smddprun ...``, or under
   torchrun). Open MPI and Slurm do not set the variables torch's ``env://``
   rendezvous reads, so this maps theirs to RANK, WORLD_SIZE, LOCAL_RANK,
-  LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, then execs the command: the
-  wrapper leaves no extra process between the launcher and the rank.
+  LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (rank 0's host and port from
+  SageMaker's ``SMDATAPARALLEL_SERVER_ADDR``/``_PORT`` where its runner set
+  them), then execs the command: the wrapper leaves no extra process between
+  the launcher and the rank.
 * **One-machine launcher** (``smddprun --nproc-per-node 2 train.py ...``): it
   execs torchrun, which already manages processes well, with the resolved
   environment.
 
-Either way the backend is resolved by :mod:`smddp.config`. Under ``auto`` it
+Either way the backend is resolved by :mod:`smddp.config` (where SageMaker's
+runner decided, from its ``USE_SMDDP_COLLECTIVES``), and one line per machine
+on stderr names it and its source. Under ``auto`` it
 exports ``SMDDP_COMMUNICATION_BACKEND=auto``, ``USE_SMDDP_COLLECTIVES=1`` and
 prepends libsmddp to ``LD_PRELOAD`` (so NCCL-based code's AllReduce is served
 by it too); when the library cannot be found it warns once and falls back to
@@ -42,6 +46,8 @@ from smddp import config
 
 LIBRARY_GLOBS = ("libsmddp.so", "libsmddp.so.*")
 PORT_BASE, PORT_RANGE = 20000, 20000
+# Rank 0's host and port as SageMaker's smdataparallel runner passes them.
+SM_ADDR_VAR, SM_PORT_VAR = "SMDATAPARALLEL_SERVER_ADDR", "SMDATAPARALLEL_SERVER_PORT"
 
 
 class LaunchError(Exception):
@@ -140,6 +146,15 @@ def _job_port(env: Mapping[str, str]) -> Optional[int]:
     return PORT_BASE + h % PORT_RANGE
 
 
+def _port(value: Optional[str], name: str) -> Optional[int]:
+    """A port from a variable: None when unset or empty, an error when not a port."""
+    if value is None or not value.strip():
+        return None
+    if not value.strip().isdigit() or not 0 < int(value) < 65536:
+        raise LaunchError(f"{name}={value!r} is not a port: expected an integer 1-65535")
+    return int(value)
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -207,7 +222,13 @@ def rank_env(env: Mapping[str, str], args: argparse.Namespace) -> Tuple[str, Dic
         out.update(RANK="0", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
     out["WORLD_SIZE"] = world
 
-    addr = args.master_addr or env.get("MASTER_ADDR")
+    # SageMaker's runner gives every rank of a job over several hosts rank 0's
+    # host and a port (mpirun -x); MASTER_ADDR/MASTER_PORT, when a rank has
+    # them, came from its container, and only the master host's ranks do.
+    sm_addr = sm_port = None
+    if mode in ("openmpi", "slurm"):
+        sm_addr, sm_port = env.get(SM_ADDR_VAR), env.get(SM_PORT_VAR)
+    addr = args.master_addr or sm_addr or env.get("MASTER_ADDR")
     if not addr and single_node:
         addr = "127.0.0.1"
     elif not addr and mode == "slurm":
@@ -218,12 +239,16 @@ def rank_env(env: Mapping[str, str], args: argparse.Namespace) -> Tuple[str, Dic
     if not addr:
         raise LaunchError(f"{mode} job over several nodes: cannot tell rank 0's address; "
                           "pass --master-addr HOST or export MASTER_ADDR (mpirun -x MASTER_ADDR)")
-    port = args.master_port or env.get("MASTER_PORT") or _job_port(env)
+    port = args.master_port or _port(sm_port, SM_PORT_VAR) or _port(env.get("MASTER_PORT"),
+                                                                     "MASTER_PORT")
+    port = port or _job_port(env)
     if not port and mode == "single":
         port = _free_port()
     if not port:
         raise LaunchError(f"{mode} job: no job id to derive a port from; pass --master-port PORT")
     out.update(MASTER_ADDR=addr, MASTER_PORT=str(port))
+    if "LOCAL_RANK" in out:  # where scripts written for SageMaker (transformers' Trainer) read it
+        out["SMDATAPARALLEL_LOCAL_RANK"] = out["LOCAL_RANK"]
     return mode, out
 
 
@@ -258,6 +283,11 @@ class Plan(NamedTuple):
     mode: str  # torchrun-launcher, torchrun, preset, openmpi, slurm, single
     env: Dict[str, str]  # variables smddprun sets
     command: List[str]
+    announce: bool = True  # this process says which backend (one per machine)
+
+    def describe(self) -> str:
+        """The backend, what configured it and where that came from."""
+        return f"{self.backend} (configured {self.config.backend} by {self.config.source})"
 
 
 def build(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
@@ -312,7 +342,7 @@ def build(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     warn = ranks.get("LOCAL_RANK", env.get("LOCAL_RANK", "0")) == "0"  # once per node
     switch = backend_env(cfg.backend, env, args.library, warn=warn)
     return Plan(switch["SMDDP_COMMUNICATION_BACKEND"], cfg, mode, {**ranks, **switch},
-                command)
+                command, announce=warn)
 
 
 def _run_keep_going(plan: Plan, env: Dict[str, str]) -> int:
@@ -368,12 +398,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"smddprun: error: {e}", file=sys.stderr)
         return 2
     if args.dry_run:
-        print(f"backend: {plan.backend} (configured {plan.config.backend} by {plan.config.source})")
+        print(f"backend: {plan.describe()}")
         print(f"mode: {plan.mode}")
         for k in sorted(plan.env):
             print(f"env: {k}={plan.env[k]}")
         print("command: " + shlex.join(plan.command))
         return 0
+    if plan.announce:
+        print(f"smddprun: communication backend {plan.describe()}", file=sys.stderr)
     env.update(plan.env)
     sys.stdout.flush()
     sys.stderr.flush()
