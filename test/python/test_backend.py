@@ -11,7 +11,6 @@ stragglers, so a hang fails the test instead of blocking the run.
 """
 
 import importlib.metadata
-import multiprocessing as mp
 import os
 import socket
 import subprocess
@@ -26,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 
-from smddp_support import requires_smddp
+from smddp_support import requires_smddp, spawn_ranks
 
 pytestmark = requires_smddp
 
@@ -44,7 +43,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _rank_main(fn, rank, world, port, queue, env):
+def _rank_main(rank, world, fn, port, env, queue):
     try:
         # "{rank}" in a value becomes this rank's number (per-rank host names).
         os.environ.update({k: v.replace("{rank}", str(rank)) for k, v in (env or {}).items()})
@@ -74,31 +73,7 @@ def run_ranks(fn, world, timeout=TEST_TIMEOUT_S, env=None):
     env: extra environment variables for the ranks (set before smddp loads);
     "{rank}" in a value is replaced by the rank.
     """
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(fn, r, world, port, queue, env)) for r in range(world)]
-    for p in procs:
-        p.start()
-    results = {}
-    try:
-        for _ in range(world):
-            rank, failures, tb = queue.get(timeout=timeout)
-            results[rank] = (failures, tb)
-    except Exception:  # noqa: BLE001 - queue.Empty: a rank hung or died
-        pass
-    finally:
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    missing = sorted(set(range(world)) - set(results))
-    problems = [f"rank {r} did not report within {timeout} s" for r in missing]
-    for rank, (failures, tb) in sorted(results.items()):
-        if tb:
-            problems.append(f"rank {rank} raised:\n{tb}")
-        problems += [f"rank {rank}: {f}" for f in failures]
+    problems = spawn_ranks(_rank_main, world, timeout, (fn, _free_port(), env))
     assert not problems, "\n".join(problems[:40])
 
 

@@ -1,0 +1,1 @@
+"""smdistributed.dataparallel for PyTorch: see torch_smddp, distributed and parallel."""
