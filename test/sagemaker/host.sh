@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One SageMaker host, as a training container sees its machine, for
+# test/sagemaker/run.sh. Started in a network namespace of its own and in
+# new mount, UTS and PID namespaces:
+#
+#   ip netns exec NS unshare --mount --uts --pid --fork --kill-child=SIGKILL \
+#       --mount-proc --propagation private bash host.sh DIR CONDA HOST SSH [hide-libs]
+#
+# It stands in for SageMaker's infrastructure only: the host name HOST; the
+# image's conda prefix /opt/conda (CONDA, a Python environment created at
+# that path); /opt/ml (DIR/opt_ml, with the config files SageMaker writes);
+# /etc/hosts (DIR/hosts); and an SSH daemon, a no-op (SSH=noop: one host,
+# nobody connects) or OpenSSH's own, as the images carry for mpirun across
+# hosts, with this run's keys and settings (SSH: a folder with etc/ for
+# /etc/ssh, root/ for /root/.ssh and pam.d-sshd). hide-libs: /opt/conda/lib
+# shows only its python3.* folders, as with an install that does not put
+# libsmddp.so and libsmddpcoll.so there. /tmp, /run,
+# /dev/shm and /etc/environment are private to the host. Then it runs the
+# image's entry point, `train`, with the environment a container starts with.
+set -euo pipefail
+dir=$1 conda=$2 host=$3 ssh=$4 hide=${5:-}
+here=$(cd "$(dirname "$0")" && pwd)
+
+hostname "$host"
+for d in opt root; do
+    mkdir -p "$dir/upper/$d" "$dir/work/$d"
+    mount -t overlay overlay -o "lowerdir=/$d,upperdir=$dir/upper/$d,workdir=$dir/work/$d" "/$d"
+done
+mkdir -p /opt/conda /opt/ml
+mount --bind "$conda" /opt/conda
+if [ "$hide" = hide-libs ]; then
+    mount -t tmpfs tmpfs /opt/conda/lib
+    for d in "$conda"/lib/python3*; do
+        mkdir "/opt/conda/lib/${d##*/}"
+        mount --bind "$d" "/opt/conda/lib/${d##*/}"
+    done
+fi
+mount --bind "$dir/opt_ml" /opt/ml
+mount --bind "$dir/hosts" /etc/hosts
+: >"$dir/environment"
+mount --bind "$dir/environment" /etc/environment
+if [ "$ssh" != noop ]; then
+    mount --bind "$ssh/etc" /etc/ssh
+    mount --bind "$ssh/pam.d-sshd" /etc/pam.d/sshd
+    mkdir -p /root/.ssh
+    mount --bind "$ssh/root" /root/.ssh
+else
+    mount --bind "$here/noop_sshd" /usr/sbin/sshd
+fi
+# Last: the folders above may lie under /tmp.
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /dev/shm
+mkdir -p /run/sshd
+
+cd /
+exec env -i HOME=/root PATH=/opt/conda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    LANG=C.UTF-8 SAGEMAKER_TRAINING_MODULE=sagemaker_pytorch_container.training:main \
+    /opt/conda/bin/train
