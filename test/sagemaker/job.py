@@ -137,12 +137,26 @@ def _backend(job: Job, backend: str, source: str) -> list:
     return bad
 
 
+def _failure(job: Job) -> list:
+    """The job fails, and the toolkit names the error class smdistributed.dataparallel raised."""
+    bad = []
+    if job.rcs.get("algo-1") in ("0", ""):
+        bad.append(f"algo-1 exited {job.rcs.get('algo-1') or '(no status)'}, expected a failure")
+    if "Reporting training FAILURE" not in job.output:
+        bad.append("the toolkit did not report training FAILURE")
+    if not re.search(r"sagemaker-training-toolkit ERROR +SMDDPUnsupportedError", job.output):
+        bad.append("the toolkit did not name SMDDPUnsupportedError as the failure")
+    return bad
+
+
 def check(name: str, work: str) -> list:
     job = Job(work, name)
-    if name == "two-hosts":
-        bad = _common(job, 4)
-    else:
-        bad = _common(job, 2)
+    if name == "error":
+        return _failure(job)
+    bad = []
+    if "smdistributed.dataparallel not found" in job.output:
+        bad.append("the toolkit did not find smdistributed.dataparallel.exceptions")
+    bad += _common(job, 4 if name == "two-hosts" else 2)
     if name in ("auto", "v1", "two-hosts", "nccl", "no-libs"):
         backend = "nccl" if name in ("nccl", "no-libs") else "auto"
         flag = f"-x USE_SMDDP_COLLECTIVES={'0' if backend == 'nccl' else '1'}"
@@ -216,7 +230,13 @@ def main(argv=None) -> int:
         print(f"FAIL {a.job}: " + "; ".join(bad))
         print(f"  logs: {os.path.join(a.work, a.job)}/algo-*.log")
         return 1
-    ranks = Job(a.work, a.job).ranks
+    job = Job(a.work, a.job)
+    if a.job == "error":
+        why = next((ln.split("SMDDPUnsupportedError:", 1)[1].strip() for ln in
+                    job.output.splitlines() if "exceptions.SMDDPUnsupportedError:" in ln), "")
+        print(f"PASS {a.job}: the job failed; the toolkit reports SMDDPUnsupportedError ({why})")
+        return 0
+    ranks = job.ranks
     print(f"PASS {a.job}: {len(ranks)} ranks on {sorted({r['host'] for r in ranks})}, backend "
           f"smddp, {ranks[0]['env']['SMDDP_COMMUNICATION_BACKEND']} communication, "
           f"allreduces in libsmddp {[r.get('trace_kinds', {}).get('allreduce') for r in ranks]}, "

@@ -17,6 +17,8 @@
 #              runner falls back to USE_SMDDP_COLLECTIVES=0, and so do the ranks
 #   v1         a script on SMDDP's API before 1.4 (smdistributed.dataparallel.
 #              torch.distributed and its DDP) ends with auto's parameters
+#   error      a script that misuses that API fails, and the toolkit names the
+#              error class from smdistributed.dataparallel.exceptions
 #   two-hosts  algo-1 and algo-2: the runner's mpirun across them; FI_PROVIDER=efa
 #              without an EFA device falls back to tcp with one warning
 #   toolkit-5  sagemaker-training 5.1.4 finds smddprun on PATH and runs it
@@ -141,7 +143,7 @@ env5=$!
 wait $env4 || { tail -n 20 "$WORK/env-4.log"; die "installing sagemaker-training 4.4.6 failed"; }
 wait $env5 || { tail -n 20 "$WORK/env-5.log"; die "installing sagemaker-training 5.1.4 failed"; }
 ssh_keys || die "cannot make the SSH keys"
-make_nodes 7 || die "cannot create network namespaces (needs root and iproute2)"
+make_nodes 8 || die "cannot create network namespaces (needs root and iproute2)"
 
 echo "== Jobs (hosts run in parallel; each runner sleeps 30 s after its job, as it does) =="
 start_job two-hosts env-4 train_torch_smddp.py auto "$WORK/ssh" 0 1 || die "cannot start two-hosts"
@@ -150,11 +152,12 @@ start_job nccl env-4 train_torch_smddp.py nccl noop 3 || die "cannot start nccl"
 start_job v1 env-4 train_v1.py auto noop 4 || die "cannot start v1"
 start_job toolkit-5 env-5 train_torch_smddp.py "" noop 5 || die "cannot start toolkit-5"
 start_job no-libs env-4 train_torch_smddp.py auto noop 6 || die "cannot start no-libs"
+start_job error env-4 train_error.py auto noop 7 || die "cannot start error"
 for pid in "${JOB_PIDS[@]}"; do wait "$pid"; done
 
 passed=0
 failed=0
-for job in auto nccl no-libs v1 two-hosts toolkit-5; do
+for job in auto nccl no-libs v1 error two-hosts toolkit-5; do
     if $PY "$HERE/job.py" check "$job" "$WORK"; then
         passed=$((passed + 1))
     else
