@@ -177,6 +177,9 @@ static const param_row_t rows[] = {
     {"SMDDP_OFI_PROVIDER", P_STRING, "",
      "libfabric provider between nodes (default: FI_PROVIDER's choice if set, else efa where "
      "present, else tcp;ofi_rxm)", OFF(ofi_provider), CAP(ofi_provider), NULL},
+    {"SMDDP_OFI_LIBRARY", P_STRING, "",
+     "libfabric, opened when a communicator first spans nodes (default: libfabric.so.1 from "
+     "the loader's search path)", OFF(ofi_library), CAP(ofi_library), NULL},
     {"SMDDP_OFI_MAX_INFLIGHT", P_INT, "256",
      "send/recv between nodes: at most this many sends of one tag to one rank posted to the "
      "network at once; later ones of that tag wait their turn in order (receives are posted "

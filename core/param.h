@@ -70,6 +70,7 @@ typedef struct smddp__params {
     smddp__ofi_mr_t ofi_mr;     /* SMDDP_OFI_MR */
     int ofi_mr_cache;           /* SMDDP_OFI_MR_CACHE */
     char ofi_provider[64];      /* SMDDP_OFI_PROVIDER: "" = FI_PROVIDER, else efa, else tcp;ofi_rxm */
+    char ofi_library[256];      /* SMDDP_OFI_LIBRARY: "" = libfabric.so.1 */
 } smddp__params_t;
 
 /* The settings, parsed from the environment on first call. */

@@ -1,8 +1,14 @@
-/* See ofi.h. Built where libfabric is found; ofi_none.c stands in elsewhere. */
+/*
+ * See ofi.h. Built where libfabric's headers are found; ofi_none.c stands in
+ * elsewhere. The library itself is opened (dlopen) when a communicator first
+ * needs the network, so that a process that never spans nodes never loads it,
+ * nor what it loads (verbs, PSM, their signal handlers).
+ */
 #include "ofi.h"
 #include "mr_cache.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -54,6 +60,67 @@ struct smddp__ofi {
 
 bool smddp__ofi_built(void) { return true; }
 
+/*
+ * libfabric's exported entry points this file calls; everything else it uses
+ * (fi_domain, fi_cq_read, ...) is an inline call through the objects'
+ * operation tables.
+ */
+static struct {
+    int (*getinfo)(uint32_t version, const char *node, const char *service, uint64_t flags,
+                   const struct fi_info *hints, struct fi_info **info);
+    void (*freeinfo)(struct fi_info *info);
+    struct fi_info *(*dupinfo)(const struct fi_info *info);
+    int (*fabric)(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
+    const char *(*strerror)(int errnum);
+} fab;
+static char fab_error[512];   /* why libfabric could not be opened ("" once it is) */
+static pthread_once_t fab_once = PTHREAD_ONCE_INIT;
+static pthread_once_t efa_once = PTHREAD_ONCE_INIT;
+static void drop_absent_efa(void);
+
+static void fab_open(void)
+{
+    /* FI_PROVIDER is read when libfabric initialises: settle it before. */
+    pthread_once(&efa_once, drop_absent_efa);
+    const char *path = smddp__params()->ofi_library[0] ? smddp__params()->ofi_library
+                                                       : "libfabric.so.1";
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(fab_error, sizeof(fab_error), "libfabric cannot be opened (%s); install it "
+                 "(Debian, Ubuntu: libfabric1) or name it in SMDDP_OFI_LIBRARY", dlerror());
+        return;
+    }
+#define SYM(field, name)                                                                 \
+    do {                                                                                 \
+        *(void **)&fab.field = dlsym(lib, name);                                         \
+        if (!fab.field) {                                                                \
+            snprintf(fab_error, sizeof(fab_error), "%s is not libfabric: it has no %s",  \
+                     path, name);                                                        \
+            return;                                                                      \
+        }                                                                                \
+    } while (0)
+    SYM(getinfo, "fi_getinfo");
+    SYM(freeinfo, "fi_freeinfo");
+    SYM(dupinfo, "fi_dupinfo");
+    SYM(fabric, "fi_fabric");
+    SYM(strerror, "fi_strerror");
+#undef SYM
+    SMDDP_INFO("libfabric opened from %s", path);
+}
+
+/* Whether libfabric is open (opening it on first call); false sets why in fab_error. */
+static bool fab_ready(void)
+{
+    pthread_once(&fab_once, fab_open);
+    return fab_error[0] == '\0';
+}
+
+/* libfabric's text for a (positive) error number. */
+static const char *ofi_strerror(int errnum)
+{
+    return fab.strerror ? fab.strerror(errnum) : "libfabric is not open";
+}
+
 const char *smddp__ofi_provider(smddp_comm_t comm)
 {
     return comm->ofi ? comm->ofi->provider : NULL;
@@ -61,7 +128,7 @@ const char *smddp__ofi_provider(smddp_comm_t comm)
 
 static smddp_status_t fi_error(int rc, const char *what)
 {
-    return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: %s failed: %s", what, fi_strerror(-rc));
+    return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: %s failed: %s", what, ofi_strerror(-rc));
 }
 
 bool smddp__efa_present(const char *class_dir)
@@ -92,7 +159,6 @@ bool smddp__efa_present(const char *class_dir)
  * libfabric first reads it (libfabric keeps only the providers it names, for
  * the life of the process), and tcp;ofi_rxm is used; open_endpoint says so.
  */
-static pthread_once_t efa_once = PTHREAD_ONCE_INIT;
 static bool efa_dropped;
 
 static void drop_absent_efa(void)
@@ -112,8 +178,8 @@ static void drop_absent_efa(void)
  */
 static int get_info_caps(const char *provider, uint64_t extra, struct fi_info **out)
 {
-    pthread_once(&efa_once, drop_absent_efa);
-    struct fi_info *hints = fi_allocinfo();
+    if (!fab_ready()) return -FI_ENOSYS;
+    struct fi_info *hints = fab.dupinfo(NULL);
     if (!hints) return -FI_ENOMEM;
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = FI_TAGGED | FI_DIRECTED_RECV | extra;
@@ -123,8 +189,8 @@ static int get_info_caps(const char *provider, uint64_t extra, struct fi_info **
     hints->domain_attr->threading = FI_THREAD_DOMAIN;
     hints->tx_attr->msg_order = FI_ORDER_SAS;
     if (provider) hints->fabric_attr->prov_name = strdup(provider);
-    int rc = fi_getinfo(OFI_VERSION, NULL, NULL, 0, hints, out);
-    fi_freeinfo(hints);
+    int rc = fab.getinfo(OFI_VERSION, NULL, NULL, 0, hints, out);
+    fab.freeinfo(hints);
     return rc;
 }
 
@@ -138,7 +204,7 @@ static bool offers_caps(const char *provider, uint64_t extra)
 {
     struct fi_info *info = NULL;
     bool yes = get_info_caps(provider, extra, &info) == 0 && info;
-    if (info) fi_freeinfo(info);
+    if (info) fab.freeinfo(info);
     return yes;
 }
 
@@ -149,6 +215,7 @@ static bool offers_hmem(const char *provider) { return offers_caps(provider, FI_
 
 static smddp_status_t choose_provider(struct fi_info **out)
 {
+    if (!fab_ready()) return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "%s", fab_error);
     const char *setting = smddp__params()->ofi_provider;
     int rc;
     if (setting[0]) {
@@ -156,7 +223,7 @@ static smddp_status_t choose_provider(struct fi_info **out)
         if (rc != 0)
             return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
                                 "libfabric provider \"%s\" (SMDDP_OFI_PROVIDER) is not usable "
-                                "here: %s", setting, fi_strerror(-rc));
+                                "here: %s", setting, ofi_strerror(-rc));
         return SMDDP_OK;
     }
     if (getenv("FI_PROVIDER")) {
@@ -166,7 +233,7 @@ static smddp_status_t choose_provider(struct fi_info **out)
             return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
                                 "no libfabric provider among FI_PROVIDER=%s offers reliable "
                                 "datagrams with tagged messages: %s", getenv("FI_PROVIDER"),
-                                fi_strerror(-rc));
+                                ofi_strerror(-rc));
         return SMDDP_OK;
     }
     if (efa_dropped) {
@@ -176,7 +243,7 @@ static smddp_status_t choose_provider(struct fi_info **out)
                                 "FI_PROVIDER=efa, but this machine has no EFA device, and "
                                 "libfabric's tcp;ofi_rxm is not usable either: %s (libfabric "
                                 "keeps FI_PROVIDER from its first use in the process); set "
-                                "FI_PROVIDER=tcp or SMDDP_OFI_PROVIDER", fi_strerror(-rc));
+                                "FI_PROVIDER=tcp or SMDDP_OFI_PROVIDER", ofi_strerror(-rc));
         return SMDDP_OK;
     }
     if (get_info("efa", out) == 0) return SMDDP_OK;
@@ -184,7 +251,7 @@ static smddp_status_t choose_provider(struct fi_info **out)
     if (rc != 0)
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
                             "neither libfabric's efa nor tcp;ofi_rxm provider is usable: %s",
-                            fi_strerror(-rc));
+                            ofi_strerror(-rc));
     return SMDDP_OK;
 }
 
@@ -201,7 +268,7 @@ static int mr_reg(void *ctx, void *addr, size_t len, void **handle, void **desc)
     return 0;
 }
 
-static const char *mr_strerror(int rc) { return fi_strerror(rc < 0 ? -rc : rc); }
+static const char *mr_strerror(int rc) { return ofi_strerror(rc < 0 ? -rc : rc); }
 
 static void mr_dereg(void *ctx, void *handle)
 {
@@ -226,7 +293,7 @@ static smddp_status_t open_endpoint(smddp__ofi_t *o)
     o->software = o->info->domain_attr->data_progress == FI_PROGRESS_MANUAL &&
                   (strstr(o->provider, "tcp") || strstr(o->provider, "sockets") ||
                    strstr(o->provider, "udp") || strstr(o->provider, "shm"));
-    if ((rc = fi_fabric(o->info->fabric_attr, &o->fabric, NULL)) != 0)
+    if ((rc = fab.fabric(o->info->fabric_attr, &o->fabric, NULL)) != 0)
         return fi_error(rc, "fi_fabric");
     if ((rc = fi_domain(o->fabric, o->info, &o->domain, NULL)) != 0)
         return fi_error(rc, "fi_domain");
@@ -295,7 +362,7 @@ static smddp_status_t exchange_addresses(smddp_comm_t comm, smddp__ofi_t *o, con
         free(v);
         if (rc != 1)
             return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: inserting rank %d's address "
-                                "failed: %s", r, fi_strerror(rc < 0 ? -rc : FI_EINVAL));
+                                "failed: %s", r, ofi_strerror(rc < 0 ? -rc : FI_EINVAL));
     }
     return SMDDP_OK;
 }
@@ -327,7 +394,7 @@ static void instance_close(smddp__ofi_t *o)
     if (o->av) fi_close(&o->av->fid);
     if (o->domain) fi_close(&o->domain->fid);
     if (o->fabric) fi_close(&o->fabric->fid);
-    if (o->info) fi_freeinfo(o->info);
+    if (o->info) fab.freeinfo(o->info);
     free(o->addrs);
     free(o);
 }
@@ -462,7 +529,7 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
         else
             snprintf(x->err, sizeof(x->err), "%s of %zu bytes %s rank %d failed: %s%s",
                      x->is_send ? "send" : "receive", x->len, x->is_send ? "to" : "from",
-                     x->peer, fi_strerror(err.err), detail);
+                     x->peer, ofi_strerror(err.err), detail);
         x->status = err.err == FI_ETRUNC ? SMDDP_ERR_MISMATCH
                     : err.err == FI_ECANCELED ? SMDDP_ERR_ABORTED
                                               : SMDDP_ERR_PEER_LOST;
@@ -471,7 +538,7 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
         return SMDDP_OK;
     }
     return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: a transfer failed: %s%s",
-                        fi_strerror(err.err), detail);
+                        ofi_strerror(err.err), detail);
 }
 
 static smddp_status_t progress(smddp_comm_t comm) { return smddp__ofi_progress(comm->ofi); }
@@ -536,7 +603,7 @@ static smddp_status_t post(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, i
             unpin(o, x);
             return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: posting a %s of %zu bytes %s rank "
                                 "%d failed: %s", is_send ? "send" : "receive", len,
-                                is_send ? "to" : "from", peer, fi_strerror((int)-rc));
+                                is_send ? "to" : "from", peer, ofi_strerror((int)-rc));
         }
         smddp_status_t st = smddp__ofi_progress(o);
         if (st == SMDDP_OK && !wait && i > 0) st = SMDDP_IN_PROGRESS;
@@ -588,7 +655,7 @@ smddp_status_t smddp__ofi_peek_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int pee
     }
     if (rc != 0)
         return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: looking for a message from rank %d "
-                            "failed: %s", peer, fi_strerror((int)-rc));
+                            "failed: %s", peer, ofi_strerror((int)-rc));
     return SMDDP_OK;
 }
 
@@ -617,7 +684,7 @@ void smddp__ofi_abandon(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
     if (rc != 0)
         SMDDP_WARN("libfabric: closing the endpoint a failed operation left transfers on "
                    "failed (%s): the NIC may still write into their buffers",
-                   fi_strerror(-rc));
+                   ofi_strerror(-rc));
     o->ep = NULL;
 }
 

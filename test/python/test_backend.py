@@ -1939,6 +1939,48 @@ def test_import_torch_alone_registers_smddp():
 
 @pytest.mark.skipif(not _entry_point_installed(),
                     reason="smddp is not pip-installed: no torch.backends entry point")
+@pytest.mark.parametrize("crash,signal_number", [("ctypes.string_at(0)", 11),
+                                                 ("os.abort()", 6)])
+def test_import_torch_keeps_the_crash_exit_codes(crash, signal_number, tmp_path):
+    """With smddp autoloaded, a crash is still the signal it was (libfabric's
+    dependencies, loaded with it, install handlers that exit 1 instead)."""
+    code = f"import ctypes, os, sys, torch\nassert 'smddp' in sys.modules\n{crash}\n"
+    env = dict(os.environ)
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=TEST_TIMEOUT_S, env=env, cwd=tmp_path)
+    assert out.returncode == -signal_number, (out.returncode, out.stderr[-2000:])
+    assert list(tmp_path.iterdir()) == [], "a crash handler left files behind"
+
+
+def _maps_fabric(rank, world, gloo):
+    del gloo
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    loaded = [ln.split()[-1] for ln in open("/proc/self/maps") if "libfabric" in ln]
+    return [f"libfabric loaded: {loaded[0]}"] if loaded else []
+
+
+def _maps_fabric_across_nodes(rank, world, gloo):
+    del gloo
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    loaded = any("libfabric" in ln for ln in open("/proc/self/maps"))
+    return [] if loaded or t[0].item() != world else ["libfabric is not loaded across nodes"]
+
+
+def test_one_node_group_does_not_load_libfabric():
+    run_ranks(_maps_fabric, 2)
+
+
+def test_group_across_nodes_loads_libfabric():
+    """The converse, so that the check above could fail: 2 fake nodes open it."""
+    run_ranks(_maps_fabric_across_nodes, 2, env={"SMDDP_HOSTNAME": "node{rank}",
+                                                 "FI_TCP_IFACE": "lo"})
+
+
+@pytest.mark.skipif(not _entry_point_installed(),
+                    reason="smddp is not pip-installed: no torch.backends entry point")
 def test_broken_smddp_package_does_not_break_import_torch(tmp_path):
     # A package that fails to import, found first on the path: `import torch`
     # still works, warns naming the error, and "smddp" is not registered.

@@ -370,6 +370,30 @@ static void test_efa_absent(void **state)
 }
 
 /*
+ * libfabric is opened when a communicator first needs it: a library that
+ * cannot be opened, or that is not libfabric, fails the setup naming it.
+ */
+static void bad_library_fn(smddp_comm_t comm, int rank, int size, void *arg)
+{
+    (void)rank, (void)size;
+    const char *want = arg;
+    H_CHECK(smddp__ofi_setup(comm) == SMDDP_ERR_NOT_SUPPORTED, "setup with SMDDP_OFI_LIBRARY=%s",
+            smddp__params()->ofi_library);
+    const char *msg = smddp_get_last_error(NULL);
+    H_CHECK(strstr(msg, smddp__params()->ofi_library) && strstr(msg, want), "message: %s", msg);
+}
+
+static void test_bad_library(void **state)
+{
+    (void)state;
+    harness_opts_t missing = {.env = "SMDDP_OFI_LIBRARY=/no/such/libfabric.so.1", .timeout_s = 60};
+    assert_int_equal(harness_run(2, bad_library_fn, "SMDDP_OFI_LIBRARY", &missing), 0);
+    harness_opts_t other = {.env = "SMDDP_OFI_LIBRARY=libm.so.6", .timeout_s = 60};
+    assert_int_equal(harness_run(2, bad_library_fn, "is not libfabric: it has no fi_getinfo",
+                                 &other), 0);
+}
+
+/*
  * Ranks on different providers (SMDDP_OFI_PROVIDER or FI_PROVIDER set on
  * some hosts only; efa on some, tcp on others) cannot talk: setup fails on
  * both at once, naming both providers, instead of timing out.
@@ -418,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_bad_provider),
         cmocka_unit_test(test_efa_present),
         cmocka_unit_test(test_efa_absent),
+        cmocka_unit_test(test_bad_library),
         cmocka_unit_test(test_provider_mismatch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
