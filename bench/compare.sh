@@ -47,7 +47,7 @@ def best(prefix):
 arb, mpi = best("ar2"), best("mpi2")
 ar = sorted(arb.values(), key=lambda r: int(r["size"]))
 print(f"2 ranks, allreduce, float32 sum, best of {len([n for n in os.listdir(d) if n.startswith('ar2.')])} interleaved runs (time in us, algbw in GB/s):\n")
-print("| size | smddp time | smddp algbw | memcpy GB/s | algbw / memcpy | MPI time | MPI algbw | smddp / MPI |")
+print("| size | smddp time | smddp algbw | memcpy GB/s | algbw / memcpy | MPI time | MPI algbw | MPI time / smddp time |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|")
 keep = {8, 64, 512, 4096, 32768, 262144, 1 << 20, 2 << 20, 16 << 20, 64 << 20}
 for r in ar:
