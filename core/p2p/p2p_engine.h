@@ -114,6 +114,14 @@ struct smddp__p2p {
  */
 uint64_t *smddp__p2p_count(seq_map_t *m, int peer, bool recv, int32_t tag);
 
+/* p2p_health.c. */
+/*
+ * Deadline, abort and dead-peer checks of every op waiting on this node or
+ * for a receive from any rank (smddp__p2p_net_check does those on the
+ * network); the first failure.
+ */
+smddp_status_t smddp__p2p_check_health(smddp_comm_t comm, int64_t now);
+
 /* p2p.c, for p2p_net.c. */
 /* Aborts the communicator with the current error and fails every queued op. */
 void smddp__p2p_abort_all(smddp_comm_t comm, smddp_status_t st);

@@ -1,23 +1,18 @@
 /*
  * See ofi.h. Built where libfabric's headers are found; ofi_none.c stands in
- * elsewhere. The library itself is opened (dlopen) when a communicator first
- * needs the network, so that a process that never spans nodes never loads it,
- * nor what it loads (verbs, PSM, their signal handlers).
+ * elsewhere. libfabric itself is opened, and the provider chosen, by
+ * ofi_lib.c when a communicator first needs the network.
  */
 #include "ofi.h"
 #include "mr_cache.h"
+#include "ofi_lib.h"
 
-#include <dirent.h>
-#include <dlfcn.h>
-#include <limits.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,7 +26,6 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
-#define OFI_VERSION FI_VERSION(1, 17)
 #define ADDR_MAX 256
 /* How often a wait looks at the deadline and the abort flag, in CQ polls. */
 #define CHECK_EVERY 1024
@@ -60,67 +54,6 @@ struct smddp__ofi {
 
 bool smddp__ofi_built(void) { return true; }
 
-/*
- * libfabric's exported entry points this file calls; everything else it uses
- * (fi_domain, fi_cq_read, ...) is an inline call through the objects'
- * operation tables.
- */
-static struct {
-    int (*getinfo)(uint32_t version, const char *node, const char *service, uint64_t flags,
-                   const struct fi_info *hints, struct fi_info **info);
-    void (*freeinfo)(struct fi_info *info);
-    struct fi_info *(*dupinfo)(const struct fi_info *info);
-    int (*fabric)(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
-    const char *(*strerror)(int errnum);
-} fab;
-static char fab_error[512];   /* why libfabric could not be opened ("" once it is) */
-static pthread_once_t fab_once = PTHREAD_ONCE_INIT;
-static pthread_once_t efa_once = PTHREAD_ONCE_INIT;
-static void drop_absent_efa(void);
-
-static void fab_open(void)
-{
-    /* FI_PROVIDER is read when libfabric initialises: settle it before. */
-    pthread_once(&efa_once, drop_absent_efa);
-    const char *path = smddp__params()->ofi_library[0] ? smddp__params()->ofi_library
-                                                       : "libfabric.so.1";
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(fab_error, sizeof(fab_error), "libfabric cannot be opened (%s); install it "
-                 "(Debian, Ubuntu: libfabric1) or name it in SMDDP_OFI_LIBRARY", dlerror());
-        return;
-    }
-#define SYM(field, name)                                                                 \
-    do {                                                                                 \
-        *(void **)&fab.field = dlsym(lib, name);                                         \
-        if (!fab.field) {                                                                \
-            snprintf(fab_error, sizeof(fab_error), "%s is not libfabric: it has no %s",  \
-                     path, name);                                                        \
-            return;                                                                      \
-        }                                                                                \
-    } while (0)
-    SYM(getinfo, "fi_getinfo");
-    SYM(freeinfo, "fi_freeinfo");
-    SYM(dupinfo, "fi_dupinfo");
-    SYM(fabric, "fi_fabric");
-    SYM(strerror, "fi_strerror");
-#undef SYM
-    SMDDP_INFO("libfabric opened from %s", path);
-}
-
-/* Whether libfabric is open (opening it on first call); false sets why in fab_error. */
-static bool fab_ready(void)
-{
-    pthread_once(&fab_once, fab_open);
-    return fab_error[0] == '\0';
-}
-
-/* libfabric's text for a (positive) error number. */
-static const char *ofi_strerror(int errnum)
-{
-    return fab.strerror ? fab.strerror(errnum) : "libfabric is not open";
-}
-
 const char *smddp__ofi_provider(smddp_comm_t comm)
 {
     return comm->ofi ? comm->ofi->provider : NULL;
@@ -128,131 +61,8 @@ const char *smddp__ofi_provider(smddp_comm_t comm)
 
 static smddp_status_t fi_error(int rc, const char *what)
 {
-    return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: %s failed: %s", what, ofi_strerror(-rc));
-}
-
-bool smddp__efa_present(const char *class_dir)
-{
-    DIR *dir = opendir(class_dir);
-    if (!dir) return false;
-    bool found = false;
-    const struct dirent *e;
-    while (!found && (e = readdir(dir)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        char link[PATH_MAX], target[PATH_MAX];
-        int n = snprintf(link, sizeof(link), "%s/%s/device/driver", class_dir, e->d_name);
-        if (n < 0 || (size_t)n >= sizeof(link)) continue;
-        ssize_t len = readlink(link, target, sizeof(target) - 1);
-        if (len <= 0) continue;
-        target[len] = '\0';
-        const char *base = strrchr(target, '/');
-        found = strcmp(base ? base + 1 : target, "efa") == 0;
-    }
-    closedir(dir);
-    return found;
-}
-
-/*
- * FI_PROVIDER=efa on a machine without an EFA device: SageMaker's runner
- * exports it on every instance type. Unless SMDDP_OFI_PROVIDER names a
- * provider (then the choice stays strict), the variable is dropped before
- * libfabric first reads it (libfabric keeps only the providers it names, for
- * the life of the process), and tcp;ofi_rxm is used; open_endpoint says so.
- */
-static bool efa_dropped;
-
-static void drop_absent_efa(void)
-{
-    const char *fp = getenv("FI_PROVIDER");
-    if (smddp__params()->ofi_provider[0] || !fp) return;
-    while (*fp == ' ') fp++;
-    if (strncasecmp(fp, "efa", 3) != 0 || fp[3 + strspn(fp + 3, " ")] != '\0') return;
-    if (smddp__efa_present(SMDDP_EFA_CLASS_DIR)) return;
-    unsetenv("FI_PROVIDER");
-    efa_dropped = true;
-}
-
-/*
- * fi_getinfo for reliable datagrams with tagged messages from provider
- * (NULL: any), plus extra capabilities.
- */
-static int get_info_caps(const char *provider, uint64_t extra, struct fi_info **out)
-{
-    if (!fab_ready()) return -FI_ENOSYS;
-    struct fi_info *hints = fab.dupinfo(NULL);
-    if (!hints) return -FI_ENOMEM;
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_TAGGED | FI_DIRECTED_RECV | extra;
-    hints->mode = FI_CONTEXT | FI_CONTEXT2;
-    /* Local buffers are registered (through the cache) where the provider asks for it. */
-    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-    hints->domain_attr->threading = FI_THREAD_DOMAIN;
-    hints->tx_attr->msg_order = FI_ORDER_SAS;
-    if (provider) hints->fabric_attr->prov_name = strdup(provider);
-    int rc = fab.getinfo(OFI_VERSION, NULL, NULL, 0, hints, out);
-    fab.freeinfo(hints);
-    return rc;
-}
-
-static int get_info(const char *provider, struct fi_info **out)
-{
-    return get_info_caps(provider, 0, out);
-}
-
-/* Whether provider offers what get_info_caps asks for, plus extra. */
-static bool offers_caps(const char *provider, uint64_t extra)
-{
-    struct fi_info *info = NULL;
-    bool yes = get_info_caps(provider, extra, &info) == 0 && info;
-    if (info) fab.freeinfo(info);
-    return yes;
-}
-
-bool smddp__ofi_offers(const char *provider) { return offers_caps(provider, 0); }
-
-/* Whether provider also offers FI_HMEM (device memory in transfers), for the GPU path. */
-static bool offers_hmem(const char *provider) { return offers_caps(provider, FI_HMEM); }
-
-static smddp_status_t choose_provider(struct fi_info **out)
-{
-    if (!fab_ready()) return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "%s", fab_error);
-    const char *setting = smddp__params()->ofi_provider;
-    int rc;
-    if (setting[0]) {
-        rc = get_info(setting, out);
-        if (rc != 0)
-            return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                                "libfabric provider \"%s\" (SMDDP_OFI_PROVIDER) is not usable "
-                                "here: %s", setting, ofi_strerror(-rc));
-        return SMDDP_OK;
-    }
-    if (getenv("FI_PROVIDER")) {
-        /* libfabric itself keeps only the providers FI_PROVIDER names. */
-        rc = get_info(NULL, out);
-        if (rc != 0)
-            return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                                "no libfabric provider among FI_PROVIDER=%s offers reliable "
-                                "datagrams with tagged messages: %s", getenv("FI_PROVIDER"),
-                                ofi_strerror(-rc));
-        return SMDDP_OK;
-    }
-    if (efa_dropped) {
-        rc = get_info("tcp;ofi_rxm", out);
-        if (rc != 0)
-            return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                                "FI_PROVIDER=efa, but this machine has no EFA device, and "
-                                "libfabric's tcp;ofi_rxm is not usable either: %s (libfabric "
-                                "keeps FI_PROVIDER from its first use in the process); set "
-                                "FI_PROVIDER=tcp or SMDDP_OFI_PROVIDER", ofi_strerror(-rc));
-        return SMDDP_OK;
-    }
-    if (get_info("efa", out) == 0) return SMDDP_OK;
-    rc = get_info("tcp;ofi_rxm", out);
-    if (rc != 0)
-        return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                            "neither libfabric's efa nor tcp;ofi_rxm provider is usable: %s",
-                            ofi_strerror(-rc));
-    return SMDDP_OK;
+    return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: %s failed: %s", what,
+                        smddp__fab_strerror(-rc));
 }
 
 static int mr_reg(void *ctx, void *addr, size_t len, void **handle, void **desc)
@@ -268,7 +78,7 @@ static int mr_reg(void *ctx, void *addr, size_t len, void **handle, void **desc)
     return 0;
 }
 
-static const char *mr_strerror(int rc) { return ofi_strerror(rc < 0 ? -rc : rc); }
+static const char *mr_strerror(int rc) { return smddp__fab_strerror(rc < 0 ? -rc : rc); }
 
 static void mr_dereg(void *ctx, void *handle)
 {
@@ -279,21 +89,21 @@ static void mr_dereg(void *ctx, void *handle)
 static smddp_status_t open_endpoint(smddp__ofi_t *o)
 {
     int rc;
-    SMDDP_CHECK(choose_provider(&o->info));
+    SMDDP_CHECK(smddp__ofi_choose_provider(&o->info));
     snprintf(o->provider, sizeof(o->provider), "%s", o->info->fabric_attr->prov_name);
     static atomic_int said_efa;
-    if (efa_dropped && !atomic_exchange(&said_efa, 1)) {
+    if (smddp__ofi_efa_dropped() && !atomic_exchange(&said_efa, 1)) {
         /* Once per process; as a warning from the communicator's rank 0 only. */
         int level = o->comm->rank == 0 ? SMDDP_LOG_WARN : SMDDP_LOG_INFO;
         SMDDP_LOG(level, "FI_PROVIDER=efa, but this machine has no EFA device (none under %s): "
                   "using libfabric's %s between nodes instead (SMDDP_OFI_PROVIDER names a "
                   "provider strictly)", SMDDP_EFA_CLASS_DIR, o->provider);
     }
-    o->hmem = offers_hmem(o->provider);
+    o->hmem = smddp__ofi_offers_caps(o->provider, FI_HMEM);
     o->software = o->info->domain_attr->data_progress == FI_PROGRESS_MANUAL &&
                   (strstr(o->provider, "tcp") || strstr(o->provider, "sockets") ||
                    strstr(o->provider, "udp") || strstr(o->provider, "shm"));
-    if ((rc = fab.fabric(o->info->fabric_attr, &o->fabric, NULL)) != 0)
+    if ((rc = smddp__fab()->fabric(o->info->fabric_attr, &o->fabric, NULL)) != 0)
         return fi_error(rc, "fi_fabric");
     if ((rc = fi_domain(o->fabric, o->info, &o->domain, NULL)) != 0)
         return fi_error(rc, "fi_domain");
@@ -362,7 +172,7 @@ static smddp_status_t exchange_addresses(smddp_comm_t comm, smddp__ofi_t *o, con
         free(v);
         if (rc != 1)
             return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: inserting rank %d's address "
-                                "failed: %s", r, ofi_strerror(rc < 0 ? -rc : FI_EINVAL));
+                                "failed: %s", r, smddp__fab_strerror(rc < 0 ? -rc : FI_EINVAL));
     }
     return SMDDP_OK;
 }
@@ -394,7 +204,7 @@ static void instance_close(smddp__ofi_t *o)
     if (o->av) fi_close(&o->av->fid);
     if (o->domain) fi_close(&o->domain->fid);
     if (o->fabric) fi_close(&o->fabric->fid);
-    if (o->info) fab.freeinfo(o->info);
+    if (o->info) smddp__fab()->freeinfo(o->info);
     free(o->addrs);
     free(o);
 }
@@ -529,7 +339,7 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
         else
             snprintf(x->err, sizeof(x->err), "%s of %zu bytes %s rank %d failed: %s%s",
                      x->is_send ? "send" : "receive", x->len, x->is_send ? "to" : "from",
-                     x->peer, ofi_strerror(err.err), detail);
+                     x->peer, smddp__fab_strerror(err.err), detail);
         x->status = err.err == FI_ETRUNC ? SMDDP_ERR_MISMATCH
                     : err.err == FI_ECANCELED ? SMDDP_ERR_ABORTED
                                               : SMDDP_ERR_PEER_LOST;
@@ -538,7 +348,7 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
         return SMDDP_OK;
     }
     return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: a transfer failed: %s%s",
-                        ofi_strerror(err.err), detail);
+                        smddp__fab_strerror(err.err), detail);
 }
 
 static smddp_status_t progress(smddp_comm_t comm) { return smddp__ofi_progress(comm->ofi); }
@@ -603,7 +413,7 @@ static smddp_status_t post(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, i
             unpin(o, x);
             return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: posting a %s of %zu bytes %s rank "
                                 "%d failed: %s", is_send ? "send" : "receive", len,
-                                is_send ? "to" : "from", peer, ofi_strerror((int)-rc));
+                                is_send ? "to" : "from", peer, smddp__fab_strerror((int)-rc));
         }
         smddp_status_t st = smddp__ofi_progress(o);
         if (st == SMDDP_OK && !wait && i > 0) st = SMDDP_IN_PROGRESS;
@@ -655,7 +465,7 @@ smddp_status_t smddp__ofi_peek_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int pee
     }
     if (rc != 0)
         return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: looking for a message from rank %d "
-                            "failed: %s", peer, ofi_strerror((int)-rc));
+                            "failed: %s", peer, smddp__fab_strerror((int)-rc));
     return SMDDP_OK;
 }
 
@@ -684,7 +494,7 @@ void smddp__ofi_abandon(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
     if (rc != 0)
         SMDDP_WARN("libfabric: closing the endpoint a failed operation left transfers on "
                    "failed (%s): the NIC may still write into their buffers",
-                   ofi_strerror(-rc));
+                   smddp__fab_strerror(-rc));
     o->ep = NULL;
 }
 

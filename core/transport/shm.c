@@ -98,52 +98,6 @@ static size_t total_size(smddp__shm_t *s, int nranks)
     return total;
 }
 
-/* Records this rank's CPU affinity in its control line (all CPUs if unknown). */
-static void publish_affinity(shm_ctrl_t *ctrl)
-{
-    cpu_set_t set;
-    bool known = sched_getaffinity(0, sizeof(set), &set) == 0;
-    for (int w = 0; w < AFFINITY_WORDS; w++) {
-        uint64_t bits = 0;
-        for (int b = 0; b < 64; b++)
-            if (!known || CPU_ISSET(w * 64 + b, &set)) bits |= 1ULL << b;
-        ctrl->cpus[w] = bits;
-    }
-}
-
-/*
- * How long waits spin and yield. The local ranks share cores when the union
- * of their affinities has fewer CPUs than there are ranks (ranks pinned one
- * per core, as mpirun and the benchmarks do, do not).
- */
-static void set_wait_policy(smddp__shm_t *s, int p)
-{
-    int cpus = 0;
-    for (int w = 0; w < AFFINITY_WORDS; w++) {
-        uint64_t bits = 0;
-        for (int lr = 0; lr < p; lr++) bits |= s->ctrl[lr].cpus[w];
-        cpus += __builtin_popcountll(bits);
-    }
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (online > 0 && cpus > online) cpus = (int)online;
-    bool oversubscribed = p > cpus;
-    s->oversubscribed = oversubscribed;
-    /*
-     * Spin for about the skew between ranks that call in from Python (tens
-     * of microseconds) when every rank has a core; barely when ranks share
-     * cores, since a peer that is not running cannot arrive and may be
-     * waiting for this very core. Yielding next is nearly as fast as spinning
-     * when cores are free (the call returns at once) and hands the core over
-     * when they are not. Sleeping on the futex comes last, since a wake-up
-     * costs tens of microseconds.
-     */
-    const smddp__params_t *params = smddp__params();
-    s->spin_ns = params->spin >= 0 ? (int64_t)params->spin * 1000
-                                   : (oversubscribed ? 1000 : 50 * 1000);
-    s->yield_ns = params->yield >= 0 ? (int64_t)params->yield * 1000
-                                     : (oversubscribed ? 200 * 1000 : 2 * 1000 * 1000);
-}
-
 smddp_status_t smddp__shm_random_name(char *out, size_t cap)
 {
     unsigned char rnd[16];
@@ -249,7 +203,7 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
     close(fd);
     fd = -1;
     atomic_store(&s->ctrl[comm->local_rank].pid, (int32_t)getpid());
-    publish_affinity(&s->ctrl[comm->local_rank]);
+    smddp__shm_publish_affinity(&s->ctrl[comm->local_rank]);
     shm_ctrl_t *mine = &s->ctrl[comm->local_rank];
     mine->ll_max = (uint64_t)SMDDP_MIN(SMDDP_MAX(params->shm_ll_max, 0), SHM_LL_PAYLOAD_MAX);
     mine->oneshot_max = (uint64_t)params->oneshot_max;
@@ -291,7 +245,7 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
     shm_unlink(s->name);
     free(val);
     comm->shm = s;
-    set_wait_policy(s, p);
+    smddp__shm_set_wait_policy(s, p);
     /* Every rank takes the same path for an op: the smallest setting holds. */
     s->ll_max = SHM_LL_PAYLOAD_MAX;
     for (int lr = 0; lr < p; lr++) s->ll_max = SMDDP_MIN(s->ll_max, (size_t)s->ctrl[lr].ll_max);

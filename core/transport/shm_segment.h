@@ -186,6 +186,15 @@ struct smddp__shm {
 /* An unguessable /dev/shm name, "/smddp-PID-HEX". */
 smddp_status_t smddp__shm_random_name(char *out, size_t cap);
 
+/* shm_policy.c: this rank's CPU affinity into its control line (all CPUs if unknown). */
+void smddp__shm_publish_affinity(shm_ctrl_t *ctrl);
+/*
+ * How long waits of the p local ranks spin and yield: the ranks share cores
+ * when the union of their affinities has fewer CPUs than there are ranks
+ * (ranks pinned one per core, as mpirun and the benchmarks do, do not).
+ */
+void smddp__shm_set_wait_policy(smddp__shm_t *s, int p);
+
 
 /* Wakes the threads asleep on word (counted in sleepers). */
 void smddp__shm_wake(_Atomic uint32_t *word, _Atomic uint32_t *sleepers);
