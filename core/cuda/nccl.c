@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../dl.h"
 #include "../param.h"
 #include "../reduce/half.h"
 #include "nccl.h"
@@ -33,33 +34,33 @@ static void load(void)
         api_error = api_error_buf;
         return;
     }
-#define SYM(field, name)                                                                   \
-    do {                                                                                   \
-        *(void **)&api.field = dlsym(lib, name);                                           \
-        if (!api.field) {                                                                  \
-            snprintf(api_error_buf, sizeof(api_error_buf), "%s has no %s", path, name);    \
-            api_error = api_error_buf;                                                     \
-            return;                                                                        \
-        }                                                                                  \
-    } while (0)
-    SYM(GetVersion, "ncclGetVersion");
-    SYM(GetErrorString, "ncclGetErrorString");
-    SYM(GetUniqueId, "ncclGetUniqueId");
-    SYM(CommInitRank, "ncclCommInitRank");
-    SYM(CommDestroy, "ncclCommDestroy");
-    SYM(CommAbort, "ncclCommAbort");
-    SYM(AllReduce, "ncclAllReduce");
-    SYM(Reduce, "ncclReduce");
-    SYM(Broadcast, "ncclBroadcast");
-    SYM(AllGather, "ncclAllGather");
-    SYM(ReduceScatter, "ncclReduceScatter");
-    SYM(Send, "ncclSend");
-    SYM(Recv, "ncclRecv");
-    SYM(GroupStart, "ncclGroupStart");
-    SYM(GroupEnd, "ncclGroupEnd");
-    SYM(RedOpCreatePreMulSum, "ncclRedOpCreatePreMulSum");
-    SYM(RedOpDestroy, "ncclRedOpDestroy");
+#define SYM(field) {"nccl" #field, SMDDP_DL_SLOT(api.field)}
+    const smddp__dl_sym_t syms[] = {
+        SYM(GetVersion),
+        SYM(GetErrorString),
+        SYM(GetUniqueId),
+        SYM(CommInitRank),
+        SYM(CommDestroy),
+        SYM(CommAbort),
+        SYM(AllReduce),
+        SYM(Reduce),
+        SYM(Broadcast),
+        SYM(AllGather),
+        SYM(ReduceScatter),
+        SYM(Send),
+        SYM(Recv),
+        SYM(GroupStart),
+        SYM(GroupEnd),
+        SYM(RedOpCreatePreMulSum),
+        SYM(RedOpDestroy),
+    };
 #undef SYM
+    const char *missing = smddp__dl_resolve(lib, syms, sizeof(syms) / sizeof(syms[0]));
+    if (missing) {
+        snprintf(api_error_buf, sizeof(api_error_buf), "%s has no %s", path, missing);
+        api_error = api_error_buf;
+        return;
+    }
     api.lib = lib;
     if (api.GetVersion(&api.version) != 0 || api.version < 21000) {
         snprintf(api_error_buf, sizeof(api_error_buf),

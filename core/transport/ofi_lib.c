@@ -15,6 +15,7 @@
 
 #include <rdma/fi_errno.h>
 
+#include "../dl.h"
 #include "../param.h"
 #include "ofi.h"
 
@@ -36,21 +37,18 @@ static void fab_open(void)
                  "(Debian, Ubuntu: libfabric1) or name it in SMDDP_OFI_LIBRARY", dlerror());
         return;
     }
-#define SYM(field, name)                                                                 \
-    do {                                                                                 \
-        *(void **)&fab.field = dlsym(lib, name);                                         \
-        if (!fab.field) {                                                                \
-            snprintf(fab_error, sizeof(fab_error), "%s is not libfabric: it has no %s",  \
-                     path, name);                                                        \
-            return;                                                                      \
-        }                                                                                \
-    } while (0)
-    SYM(getinfo, "fi_getinfo");
-    SYM(freeinfo, "fi_freeinfo");
-    SYM(dupinfo, "fi_dupinfo");
-    SYM(fabric, "fi_fabric");
-    SYM(strerror, "fi_strerror");
-#undef SYM
+    const smddp__dl_sym_t syms[] = {
+        {"fi_getinfo", SMDDP_DL_SLOT(fab.getinfo)},   {"fi_freeinfo", SMDDP_DL_SLOT(fab.freeinfo)},
+        {"fi_dupinfo", SMDDP_DL_SLOT(fab.dupinfo)},   {"fi_fabric", SMDDP_DL_SLOT(fab.fabric)},
+        {"fi_strerror", SMDDP_DL_SLOT(fab.strerror)},
+    };
+    const char *missing = smddp__dl_resolve(lib, syms, sizeof(syms) / sizeof(syms[0]));
+    if (missing) {
+        snprintf(fab_error, sizeof(fab_error), "%s is not libfabric: it has no %s", path,
+                 missing);
+        fab = (smddp__fab_t){0}; /* smddp__fab_strerror must not call into it */
+        return;
+    }
     SMDDP_INFO("libfabric opened from %s", path);
 }
 
@@ -171,18 +169,15 @@ smddp_status_t smddp__ofi_choose_provider(struct fi_info **out)
                                 smddp__fab_strerror(-rc));
         return SMDDP_OK;
     }
-    if (efa_dropped) {
-        rc = get_info("tcp;ofi_rxm", out);
-        if (rc != 0)
-            return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                                "FI_PROVIDER=efa, but this machine has no EFA device, and "
-                                "libfabric's tcp;ofi_rxm is not usable either: %s (libfabric "
-                                "keeps FI_PROVIDER from its first use in the process); set "
-                                "FI_PROVIDER=tcp or SMDDP_OFI_PROVIDER", smddp__fab_strerror(-rc));
-        return SMDDP_OK;
-    }
-    if (get_info("efa", out) == 0) return SMDDP_OK;
+    /* Without EFA here (FI_PROVIDER=efa dropped), efa is not even tried. */
+    if (!efa_dropped && get_info("efa", out) == 0) return SMDDP_OK;
     rc = get_info("tcp;ofi_rxm", out);
+    if (rc != 0 && efa_dropped)
+        return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                            "FI_PROVIDER=efa, but this machine has no EFA device, and "
+                            "libfabric's tcp;ofi_rxm is not usable either: %s (libfabric "
+                            "keeps FI_PROVIDER from its first use in the process); set "
+                            "FI_PROVIDER=tcp or SMDDP_OFI_PROVIDER", smddp__fab_strerror(-rc));
     if (rc != 0)
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
                             "neither libfabric's efa nor tcp;ofi_rxm provider is usable: %s",
