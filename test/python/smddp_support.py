@@ -6,6 +6,7 @@ checkout without the build they skip and name the import error.
 """
 
 import multiprocessing as mp
+import socket
 import sys
 
 import pytest
@@ -33,6 +34,13 @@ requires_smddp = pytest.mark.skipif(
     reason=f"smddp with its compiled shim is not importable ({IMPORT_ERROR}); "
     "build it: pip install --no-build-isolation -e . -Cbuild-dir=build-py",
 )
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (for a rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def spawn_ranks(target, world, timeout, args=()):

@@ -10,9 +10,9 @@ Ranks are spawned processes; each test waits a bounded time and kills
 stragglers, so a hang fails the test instead of blocking the run.
 """
 
+import functools
 import importlib.metadata
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 
-from smddp_support import requires_smddp, spawn_ranks
+from smddp_support import free_port, requires_smddp, spawn_ranks
 
 pytestmark = requires_smddp
 
@@ -35,12 +35,6 @@ TEST_TIMEOUT_S = 25
 
 
 # ---- harness ---------------------------------------------------------------
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank_main(rank, world, fn, port, env, queue):
@@ -73,7 +67,7 @@ def run_ranks(fn, world, timeout=TEST_TIMEOUT_S, env=None):
     env: extra environment variables for the ranks (set before smddp loads);
     "{rank}" in a value is replaced by the rank.
     """
-    problems = spawn_ranks(_rank_main, world, timeout, (fn, _free_port(), env))
+    problems = spawn_ranks(_rank_main, world, timeout, (fn, free_port(), env))
     assert not problems, "\n".join(problems[:40])
 
 
@@ -1953,30 +1947,27 @@ def test_import_torch_keeps_the_crash_exit_codes(crash, signal_number, tmp_path)
     assert list(tmp_path.iterdir()) == [], "a crash handler left files behind"
 
 
-def _maps_fabric(rank, world, gloo):
+def _libfabric_loaded(expected, rank, world, gloo):
+    """Runs an allreduce, then checks whether libfabric is in this process."""
     del gloo
     t = torch.ones(8)
     dist.all_reduce(t)
     loaded = [ln.split()[-1] for ln in open("/proc/self/maps") if "libfabric" in ln]
-    return [f"libfabric loaded: {loaded[0]}"] if loaded else []
-
-
-def _maps_fabric_across_nodes(rank, world, gloo):
-    del gloo
-    t = torch.ones(8)
-    dist.all_reduce(t)
-    loaded = any("libfabric" in ln for ln in open("/proc/self/maps"))
-    return [] if loaded or t[0].item() != world else ["libfabric is not loaded across nodes"]
+    if t[0].item() != world:
+        return [f"allreduce gave {t[0].item()}"]
+    if bool(loaded) != expected:
+        return [f"libfabric loaded: {loaded[0]}" if loaded else "libfabric is not loaded"]
+    return []
 
 
 def test_one_node_group_does_not_load_libfabric():
-    run_ranks(_maps_fabric, 2)
+    run_ranks(functools.partial(_libfabric_loaded, False), 2)
 
 
 def test_group_across_nodes_loads_libfabric():
     """The converse, so that the check above could fail: 2 fake nodes open it."""
-    run_ranks(_maps_fabric_across_nodes, 2, env={"SMDDP_HOSTNAME": "node{rank}",
-                                                 "FI_TCP_IFACE": "lo"})
+    run_ranks(functools.partial(_libfabric_loaded, True), 2,
+              env={"SMDDP_HOSTNAME": "node{rank}", "FI_TCP_IFACE": "lo"})
 
 
 @pytest.mark.skipif(not _entry_point_installed(),

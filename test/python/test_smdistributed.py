@@ -12,23 +12,16 @@ test/sagemaker runs such scripts under SageMaker's real training toolkit.
 import importlib
 import inspect
 import os
-import socket
 import subprocess
 import sys
 import traceback
 
 import pytest
 
-from smddp_support import requires_smddp, spawn_ranks
+from smddp_support import free_port, requires_smddp, spawn_ranks
 
 pytestmark = requires_smddp
 TIMEOUT_S = 60
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _v1_rank(rank, world, port, queue):
@@ -125,7 +118,7 @@ def _v1_checks(rank, world):
 
 
 def test_v1_api_in_a_two_rank_job():
-    problems = spawn_ranks(_v1_rank, 2, TIMEOUT_S, (_free_port(),))
+    problems = spawn_ranks(_v1_rank, 2, TIMEOUT_S, (free_port(),))
     assert not problems, "\n".join(problems)
 
 

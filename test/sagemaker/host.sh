@@ -12,7 +12,8 @@
 # /etc/hosts (DIR/hosts); and an SSH daemon, a no-op (SSH=noop: one host,
 # nobody connects) or OpenSSH's own, as the images carry for mpirun across
 # hosts, with this run's keys and settings (SSH: a folder with etc/ for
-# /etc/ssh, root/ for /root/.ssh and pam.d-sshd). hide-libs: /opt/conda/lib
+# /etc/ssh, pam.d-sshd, and home/, the user's home here, whose .ssh the
+# toolkit's paramiko reads). hide-libs: /opt/conda/lib
 # shows only its python3.* folders, as with an install that does not put
 # libsmddp.so and libsmddpcoll.so there. /tmp, /run,
 # /dev/shm and /etc/environment are private to the host. Then it runs the
@@ -20,14 +21,12 @@
 set -euo pipefail
 dir=$1 conda=$2 host=$3 ssh=$4 hide=${5:-}
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=test/sagemaker/lib.sh
+. "$here/lib.sh"
 
 hostname "$host"
-for d in opt root; do
-    mkdir -p "$dir/upper/$d" "$dir/work/$d"
-    mount -t overlay overlay -o "lowerdir=/$d,upperdir=$dir/upper/$d,workdir=$dir/work/$d" "/$d"
-done
-mkdir -p /opt/conda /opt/ml
-mount --bind "$conda" /opt/conda
+conda_at "$conda" "$dir/opt"
+mkdir -p /opt/ml
 if [ "$hide" = hide-libs ]; then
     mount -t tmpfs tmpfs /opt/conda/lib
     for d in "$conda"/lib/python3*; do
@@ -39,21 +38,23 @@ mount --bind "$dir/opt_ml" /opt/ml
 mount --bind "$dir/hosts" /etc/hosts
 : >"$dir/environment"
 mount --bind "$dir/environment" /etc/environment
+mount -t tmpfs tmpfs /run
+mkdir -p /run/sshd
+home=$HOME
 if [ "$ssh" != noop ]; then
     mount --bind "$ssh/etc" /etc/ssh
     mount --bind "$ssh/pam.d-sshd" /etc/pam.d/sshd
-    mkdir -p /root/.ssh
-    mount --bind "$ssh/root" /root/.ssh
+    home=/run/home
+    mkdir "$home"
+    mount --bind "$ssh/home" "$home"
 else
     mount --bind "$here/noop_sshd" /usr/sbin/sshd
 fi
 # Last: the folders above may lie under /tmp.
 mount -t tmpfs tmpfs /tmp
-mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /dev/shm
-mkdir -p /run/sshd
 
 cd /
-exec env -i HOME=/root PATH=/opt/conda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+exec env -i HOME="$home" PATH=/opt/conda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     LANG=C.UTF-8 SAGEMAKER_TRAINING_MODULE=sagemaker_pytorch_container.training:main \
     /opt/conda/bin/train

@@ -58,46 +58,48 @@ trap 'exit 130' INT TERM
 make_env() {
     local dir=$WORK/$1 toolkit=$2
     rm -rf "$dir"
-    mkdir -p "$dir/conda" "$dir/upper" "$dir/work"
+    mkdir -p "$dir/conda"
     echo "torch==$($PY -c 'import torch; print(torch.__version__.split("+")[0])')" \
         >"$dir/constraints.txt"
     unshare --mount --propagation private bash -euc '
-        mount -t overlay overlay -o "lowerdir=/opt,upperdir=$1/upper,workdir=$1/work" /opt
-        mkdir -p /opt/conda
-        mount --bind "$1/conda" /opt/conda
+        . "$5"
+        conda_at "$1/conda" "$1/opt"
         "$2" -m venv --system-site-packages /opt/conda
         /opt/conda/bin/pip install -q --disable-pip-version-check -c "$1/constraints.txt" \
             "$3" sagemaker-pytorch-training==2.7.0 mpi4py==4.1.2
         # --ignore-installed: the smddp of the Python below is the same version.
         /opt/conda/bin/pip install -q --disable-pip-version-check --no-deps --ignore-installed "$4"
-    ' make_env "$dir" "$PY" "$toolkit" "$WHEEL" >"$dir.log" 2>&1
+    ' make_env "$dir" "$PY" "$toolkit" "$WHEEL" "$HERE/lib.sh" >"$dir.log" 2>&1
 }
 
-# ssh_keys: a key pair for root and a host key, OpenSSH's daemon and client
-# settings, and PAM's sshd stack with pam_loginuid optional, as SageMaker's
-# images set them up for mpirun across hosts.
+# ssh_keys: a key pair for the user and a host key, OpenSSH's daemon and
+# client settings (all under $WORK/ssh/etc, bound at /etc/ssh, so that
+# nothing reads the user's own ~/.ssh), a home whose .ssh holds the key for
+# the toolkit's paramiko, and PAM's sshd stack with pam_loginuid optional, as
+# SageMaker's images set them up for mpirun across hosts.
 ssh_keys() {
     local d=$WORK/ssh
     rm -rf "$d"
-    mkdir -p "$d/etc" "$d/root"
-    ssh-keygen -q -t ed25519 -N '' -C smddp-test -f "$d/root/id_ed25519" || return 1
-    cp "$d/root/id_ed25519.pub" "$d/root/authorized_keys"
+    mkdir -p "$d/etc" "$d/home/.ssh"
+    ssh-keygen -q -t ed25519 -N '' -C smddp-test -f "$d/etc/id_ed25519" || return 1
+    cp "$d/etc/id_ed25519.pub" "$d/etc/authorized_keys"
+    cp "$d/etc/id_ed25519" "$d/home/.ssh/id_ed25519"
     ssh-keygen -q -t ed25519 -N '' -f "$d/etc/ssh_host_ed25519_key" || return 1
     cat >"$d/etc/sshd_config" <<'CONF'
 Port 22
 HostKey /etc/ssh/ssh_host_ed25519_key
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
-AuthorizedKeysFile /root/.ssh/authorized_keys
+AuthorizedKeysFile /etc/ssh/authorized_keys
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM yes
 StrictModes no
 PidFile /run/sshd.pid
 CONF
-    printf 'Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n' \
-        | tee "$d/root/config" >"$d/etc/ssh_config"
-    chmod 600 "$d/root/"*
+    printf 'Host *\n  IdentityFile /etc/ssh/id_ed25519\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n' \
+        >"$d/etc/ssh_config"
+    chmod 600 "$d/etc/id_ed25519" "$d/home/.ssh/id_ed25519"
     sed 's/^session\s*required\s*pam_loginuid.so/session optional pam_loginuid.so/' \
         /etc/pam.d/sshd >"$d/pam.d-sshd"
 }

@@ -239,9 +239,8 @@ def rank_env(env: Mapping[str, str], args: argparse.Namespace) -> Tuple[str, Dic
     if not addr:
         raise LaunchError(f"{mode} job over several nodes: cannot tell rank 0's address; "
                           "pass --master-addr HOST or export MASTER_ADDR (mpirun -x MASTER_ADDR)")
-    port = args.master_port or _port(sm_port, SM_PORT_VAR) or _port(env.get("MASTER_PORT"),
-                                                                     "MASTER_PORT")
-    port = port or _job_port(env)
+    port = (args.master_port or _port(sm_port, SM_PORT_VAR)
+            or _port(env.get("MASTER_PORT"), "MASTER_PORT") or _job_port(env))
     if not port and mode == "single":
         port = _free_port()
     if not port:
