@@ -7,6 +7,7 @@ with the same parameters, bit for bit: the documented script styles are
 compared that way.
 """
 
+import collections
 import ctypes
 import hashlib
 import json
@@ -70,8 +71,6 @@ def report(model: torch.nn.Module, style: str) -> None:
             "USE_SMDDP_COLLECTIVES", "SMDDP_COMMUNICATION_BACKEND", "LD_PRELOAD", "MASTER_ADDR",
             "MASTER_PORT", "LOCAL_RANK", "SMDATAPARALLEL_LOCAL_RANK", "FI_PROVIDER")},
         "fi_provider_now": _libc_getenv("FI_PROVIDER"),
-        "maps_libsmddp": sorted({line.split()[-1] for line in open("/proc/self/maps")
-                                 if line.rstrip().endswith("libsmddp.so")}),
     }
     if evidence["backend"] == "smddp":
         import smddp
@@ -80,12 +79,7 @@ def report(model: torch.nn.Module, style: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             with open(smddp.dump_trace(path=os.path.join(tmp, "trace.json"))) as f:
                 trace = json.load(f)
-        ops = trace["ops"] if isinstance(trace, dict) else trace
-        evidence["trace_kinds"] = {}
-        for op in ops:
-            evidence["trace_kinds"][op["kind"]] = evidence["trace_kinds"].get(op["kind"], 0) + 1
-        evidence["trace_paths"] = sorted({f"{op['kind']}:{op.get('path')}:{op.get('algo')}"
-                                          for op in ops})
+        evidence["trace_kinds"] = dict(collections.Counter(op["kind"] for op in trace["ops"]))
     out = os.environ.get("SM_OUTPUT_DATA_DIR", ".")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"evidence-r{rank}.json"), "w") as f:
