@@ -19,6 +19,7 @@
 #include "progress.h"
 #include "trace.h"
 #include "queue.h"
+#include "select.h"
 #include "transport/shm.h"
 
 #define ACCEPTED_DTYPES \
@@ -46,6 +47,11 @@ const char *smddp_dtype_name(smddp_dtype_t dtype) { return smddp__dtype_name(dty
 const char *smddp_op_name(smddp_op_t op) { return smddp__redop_name(op); }
 
 void smddp_print_settings(void *file) { smddp__params_print(file ? file : stdout); }
+
+void smddp_print_selection(void *file, int local_ranks, int nodes)
+{
+    smddp__select_print(file ? file : stdout, local_ranks, nodes);
+}
 
 /* Records a failure on the communicator too, so smddp_get_last_error(comm) has it. */
 static smddp_status_t fail(smddp_comm_t comm, smddp_status_t st)

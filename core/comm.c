@@ -17,6 +17,7 @@
 #include "p2p/p2p.h"
 #include "param.h"
 #include "queue.h"
+#include "select.h"
 #include "topo.h"
 #include "progress.h"
 #include "trace.h"
@@ -40,6 +41,7 @@ static void comm_free(smddp_comm_t comm)
     free(comm->node_ranks);
     free(comm->local_ranks);
     free((void *)comm->seen_dead);
+    free(comm->algo_rules);
     smddp__trace_free(comm->trace);
     smddp__progress_free(comm->progress);
     pthread_mutex_destroy(&comm->lock);
@@ -48,6 +50,17 @@ static void comm_free(smddp_comm_t comm)
     pthread_mutex_destroy(&comm->stage_lock);
     pthread_cond_destroy(&comm->cond);
     free(comm);
+}
+
+/* SMDDP_ALGO, checked against the registry before anything is set up. */
+static smddp_status_t parse_algo_rules(smddp_comm_t comm)
+{
+    const char *spec = smddp__params()->algo_rules;
+    if (!spec[0]) return SMDDP_OK;
+    enum { MAX_RULES = 64 };
+    comm->algo_rules = calloc(MAX_RULES, sizeof(*comm->algo_rules));
+    if (!comm->algo_rules) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate SMDDP_ALGO's rules");
+    return smddp__select_parse(spec, comm->algo_rules, MAX_RULES, &comm->n_algo_rules);
 }
 
 smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
@@ -59,7 +72,7 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     comm->rank = rank;
     comm->size = size;
     comm->timeout_ms = timeout_ms;
-    comm->cuda_nccl_everywhere = -1;
+    smddp__verdicts_init(&comm->verdicts);
     comm->store = store;
     comm->poll_abort = smddp__comm_poll_remote_abort;
     snprintf(comm->prefix, sizeof(comm->prefix), "%s", prefix);
@@ -75,6 +88,7 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
         goto fail;
     }
 
+    SMDDP_CHECK_GOTO(parse_algo_rules(comm), st, fail);
     comm->trace = smddp__trace_new();
     SMDDP_CHECK_GOTO(smddp__topo_discover(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__topo_check(comm), st, fail);

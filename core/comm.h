@@ -12,6 +12,7 @@
 #include "common.h"
 #include "op.h"
 #include "store/ref.h"
+#include "verdicts.h"
 #include "reduce/reduce.h"
 
 /* The scratch buffers a collective across nodes may hold at once (smddp__net_scratch). */
@@ -55,13 +56,14 @@ struct smddp_comm {
     char prefix[256];
     _Atomic int64_t timeout_ms; /* read when an op starts; smddp_comm_set_timeout changes it */
     /*
-     * Byte counts of one-shot-sized allreduces whose last run found every
-     * rank's buffer in place in its pool, or every input in a pool (the
-     * low bits say which; coll/allreduce.c): the next of that size runs in
-     * the pools. Every rank reaches the same verdicts from the same
-     * published records, so all choose alike.
+     * What the ranks settled together on earlier ops (the pooled verdicts,
+     * whether NCCL loads everywhere), read by the selection before it
+     * chooses (verdicts.h, select.h).
      */
-    size_t allreduce_pooled[4];
+    smddp__verdicts_t verdicts;
+    /* SMDDP_ALGO's rules, parsed and checked at creation (select.h). */
+    struct smddp__select_row *algo_rules;
+    int n_algo_rules;
 
     smddp__store_ref_t *store;
     smddp__shm_t *shm;
@@ -94,8 +96,6 @@ struct smddp_comm {
     uint32_t *cuda_abort;
     struct ncclComm *nccl;   /* NCCL communicator, created by the first collective routed to it */
     struct smddp__stage *stage_pool; /* idle pinned staging buffers, guarded by stage_lock */
-    int cuda_nccl_everywhere; /* SMDDP_CUDA_NET=auto: -1 not asked yet, else whether NCCL
-                               * loaded on every rank (agreed at the first CUDA collective) */
     pthread_mutex_t stage_lock;
 
     /* Scheduler: the queue, guarded by lock; exec_lock is held by whoever runs ops. */

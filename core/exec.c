@@ -1,9 +1,8 @@
 /*
- * The router: which path an op's data takes (shared memory, the network
- * flat or hierarchical, CUDA IPC, host staging, NCCL) and which algorithm
- * moves it, decided here for every op and nowhere else. The algorithms are
- * one table, a row per kind and a column per path; a path without an entry
- * for a kind does not serve it.
+ * The router: runs every op on the path and with the algorithm the
+ * selection (select.c) gives it. What the selection reads is gathered here,
+ * before it chooses: the op, the communicator's layout and the limits its
+ * ranks agreed on, and the verdicts of earlier ops (verdicts.h).
  */
 #include <stdio.h>
 #include <string.h>
@@ -19,132 +18,74 @@
 #include "progress.h"
 #include "transport/shm.h"
 
-typedef struct algos {
-    smddp__algo_fn shm, flat, hier, cuda;
-} algos_t;
+/* ---- what the selection reads ---------------------------------------------------- */
 
-#if SMDDP_HAVE_CUDA
-#define CUDA(name) smddp__cuda_ipc_##name
-#else
-#define CUDA(name) NULL
-#endif
-
-/* Send and receive have no row: the send/recv engine (p2p/) runs them. */
-static const algos_t algos[SMDDP_OP_KIND_COUNT] = {
-    [SMDDP_OP_ALLREDUCE] = {smddp__allreduce, smddp__net_allreduce, smddp__hier_allreduce,
-                            CUDA(allreduce)},
-    [SMDDP_OP_REDUCE] = {smddp__reduce_root, smddp__net_reduce, smddp__hier_reduce, CUDA(reduce)},
-    [SMDDP_OP_BROADCAST] = {smddp__coll_broadcast, smddp__net_broadcast, smddp__hier_broadcast,
-                            CUDA(broadcast)},
-    [SMDDP_OP_ALLGATHER] = {smddp__coll_allgather, smddp__net_allgather, smddp__hier_allgather,
-                            CUDA(allgather)},
-    [SMDDP_OP_REDUCE_SCATTER] = {smddp__reduce_scatter, smddp__net_reduce_scatter,
-                                 smddp__hier_reduce_scatter, CUDA(reduce_scatter)},
-    [SMDDP_OP_ALLTOALL] = {smddp__coll_alltoall, smddp__net_alltoall, NULL, CUDA(alltoall)},
-    [SMDDP_OP_ALLTOALLV] = {smddp__coll_alltoallv, smddp__net_alltoallv, NULL, NULL},
-    [SMDDP_OP_GATHER] = {smddp__coll_gather, smddp__net_gather, NULL, CUDA(gather)},
-    [SMDDP_OP_SCATTER] = {smddp__coll_scatter, smddp__net_scatter, NULL, CUDA(scatter)},
-    [SMDDP_OP_BARRIER] = {smddp__coll_barrier, smddp__net_barrier, smddp__hier_barrier, NULL},
-};
-
-static const algos_t *algos_of(smddp__op_kind_t kind)
+/* The limits of comm's shared memory; all 0 (nothing fits) where it has none. */
+static void shm_limits(smddp_comm_t comm, uint64_t *lim)
 {
-    static const algos_t none = {NULL, NULL, NULL, NULL};
-    return (unsigned)kind < SMDDP_OP_KIND_COUNT ? &algos[kind] : &none;
+    lim[SMDDP_LIM_CMA_MIN] = SMDDP_NO_CAP;
+    if (!comm->shm) return;
+    lim[SMDDP_LIM_LL] = smddp__shm_ll_max(comm);
+    lim[SMDDP_LIM_HALF] = smddp__shm_half_size(comm);
+    lim[SMDDP_LIM_ONESHOT] = smddp__oneshot_range(comm);
+    lim[SMDDP_LIM_AR_LL] = SMDDP_MIN(lim[SMDDP_LIM_LL], lim[SMDDP_LIM_ONESHOT]);
+    size_t lo, hi;
+    if (smddp__cma_range(comm, &lo, &hi)) {
+        lim[SMDDP_LIM_CMA_MIN] = lo;
+        lim[SMDDP_LIM_CMA_MAX] = hi;
+    }
 }
 
-/* ---- the route ---------------------------------------------------------------- */
-
-/*
- * With one rank per node on two nodes, reductions with at least this much
- * input run hierarchical: its allreduce goes in rounds, each round's
- * reduction overlapping the next one's transfer, where the flat ring moves
- * whole blocks and then reduces them; its reduce_scatter reduces from the
- * input round by round, where the flat one first copies the whole input.
- * Only two nodes were measured (bench/RESULTS.md): with more, a hierarchical
- * round (one staging half) is split into a block per node, so its messages
- * shrink as nodes are added.
- */
-#define ONE_PER_NODE_ALLREDUCE_HIER_MIN (16u << 20)
-#define ONE_PER_NODE_REDUCE_SCATTER_HIER_MIN (4u << 20)
-
-/* Whether the hierarchical algorithms run host op across nodes (see SMDDP_NET_ALGO). */
-static bool use_hier(smddp_comm_t comm, const smddp__op_t *op)
+void smddp__select_input(smddp_comm_t comm, const smddp__op_t *op, smddp__select_in_t *in)
 {
-    smddp__net_algo_t algo = smddp__params()->net_algo;
-    if (!algos_of(op->kind)->hier) return false;
-    if (algo == SMDDP_NET_FLAT || !comm->node_ranks) return false;
-    if (algo == SMDDP_NET_HIER || comm->local_size > 1) return true;
-    /* One rank per node: otherwise the same ring as flat, plus copies. */
-    if (comm->node_count != 2) return false;
-    size_t in = op->count * smddp__dtype_size(op->dtype);
-    if (op->kind == SMDDP_OP_REDUCE_SCATTER)
-        return in * (size_t)comm->size >= ONE_PER_NODE_REDUCE_SCATTER_HIER_MIN;
-    return (op->kind == SMDDP_OP_ALLREDUCE || op->kind == SMDDP_OP_REDUCE) &&
-           in >= ONE_PER_NODE_ALLREDUCE_HIER_MIN;
+    const smddp__params_t *params = smddp__params();
+    size_t es = smddp__dtype_size(op->dtype);
+    memset(in, 0, sizeof(*in));
+    in->kind = op->kind;
+    in->mem = op->mem_type;
+    in->bytes = op->count * es;
+    in->local_size = comm->local_size;
+    in->node_count = comm->node_count;
+    in->size = comm->size;
+    in->net_algo = params->net_algo;
+    in->allreduce_algo = params->algo;
+    in->rules = comm->algo_rules;
+    in->n_rules = comm->n_algo_rules;
+    if (comm->node_ranks) in->facts |= SMDDP_FACT_NODE_RANKS;
+    if (comm->node_count < 2) {
+        shm_limits(comm, in->lim);
+        if (in->lim[SMDDP_LIM_LL]) in->facts |= SMDDP_FACT_LL_SLOTS;
+        if (op->kind == SMDDP_OP_ALLREDUCE && comm->shm && smddp__pool_on(comm)) {
+            smddp__pool_verdict_t v = smddp__verdict_pooled(&comm->verdicts, in->bytes);
+            if (v == SMDDP_POOLED_IN_PLACE) in->facts |= SMDDP_FACT_POOLED_IN_PLACE;
+            if (v == SMDDP_POOLED_INPUTS) in->facts |= SMDDP_FACT_POOLED_INPUTS;
+        }
+    } else {
+        /* fp16 and bf16 travel as fp32 across nodes: the leader's limit counts them so. */
+        size_t travel = op->dtype == SMDDP_FLOAT16 || op->dtype == SMDDP_BFLOAT16 ? 4 : es;
+        in->lim[SMDDP_LIM_LEADER] = (uint64_t)params->net_leader_max * es / SMDDP_MAX(travel, 1);
+        in->lim[SMDDP_LIM_RS_ONE_PER_NODE] = ((4u << 20) + (uint64_t)comm->size - 1) / (uint64_t)comm->size;
+    }
+    if (op->mem_type != SMDDP_MEM_CUDA) return;
+    in->cuda_net = params->cuda_net;
+    in->backend_nccl = params->comm_backend == SMDDP_BACKEND_NCCL;
+    in->nccl_has_op = smddp__nccl_has_op(op);
+#if SMDDP_HAVE_CUDA
+    in->cuda_max_local = SMDDP_CUDA_MAX_SRCS;
+#endif
+    /* Only where the choice depends on it: asking loads NCCL. */
+    if (comm->node_count > 1 && in->cuda_net == SMDDP_CUDA_NET_AUTO && in->nccl_has_op) {
+        const char *why = NULL;
+        in->nccl_loads = comm->verdicts.nccl_everywhere >= 0 ? comm->verdicts.nccl_everywhere > 0
+                                                             : smddp__nccl(&why) != NULL;
+    }
 }
 
-#if SMDDP_HAVE_CUDA
-/*
- * CUDA memory across nodes staged through host memory rather than NCCL:
- * SMDDP_CUDA_NET=staged, or auto where NCCL does not load (on every rank)
- * or lacks the op. Send and receive on CUDA memory always stage.
- */
-static bool staged(smddp_comm_t comm, const smddp__op_t *op)
+smddp__choice_t smddp__choose(smddp_comm_t comm, const smddp__op_t *op)
 {
-    if (smddp__op_traits(op->kind)->p2p) return true; /* the only way */
-    if (comm->node_count < 2) return false;
-    const char *why = NULL;
-    switch (smddp__params()->cuda_net) {
-    case SMDDP_CUDA_NET_STAGED: return true;
-    case SMDDP_CUDA_NET_NCCL: return false;
-    case SMDDP_CUDA_NET_AUTO: break;
-    }
-    /* NCCL crosses nodes with GPUDirect where the fabric allows. */
-    if (!smddp__nccl_has_op(op)) return true;
-    if (comm->cuda_nccl_everywhere >= 0) return !comm->cuda_nccl_everywhere;
-    return !smddp__nccl(&why);
-}
-#endif
-
-/* Whether a CUDA op that does not stage goes to NCCL rather than smddp's kernels. */
-static bool to_nccl(smddp_comm_t comm, const smddp__op_t *op, const char **why)
-{
-    if (smddp__params()->comm_backend == SMDDP_BACKEND_NCCL && smddp__nccl_has_op(op)) {
-        *why = "SMDDP_COMMUNICATION_BACKEND is nccl";
-        return true;
-    }
-    if (comm->node_count > 1) {
-        *why = "NCCL loads and crosses nodes with GPUDirect where the fabric allows "
-               "(SMDDP_CUDA_NET=staged stages through host memory instead)";
-        return true;
-    }
-    if (!algos_of(op->kind)->cuda) {
-        *why = "smddp has no CUDA all-to-all with split sizes yet";
-        return true;
-    }
-#if SMDDP_HAVE_CUDA
-    if (comm->local_size > SMDDP_CUDA_MAX_SRCS) {
-        *why = "more local ranks than smddp's CUDA kernels combine";
-        return true;
-    }
-#endif
-    return false;
-}
-
-smddp__route_t smddp__route(smddp_comm_t comm, const smddp__op_t *op, const char **why)
-{
-    const char *unused;
-    if (!why) why = &unused;
-    *why = NULL;
-    if (op->mem_type != SMDDP_MEM_CUDA || op->kind == SMDDP_OP_BARRIER) {
-        if (comm->node_count < 2) return SMDDP_ROUTE_SHM;
-        return use_hier(comm, op) ? SMDDP_ROUTE_NET_HIER : SMDDP_ROUTE_NET_FLAT;
-    }
-#if SMDDP_HAVE_CUDA
-    if (staged(comm, op)) return SMDDP_ROUTE_CUDA_STAGED;
-#endif
-    return to_nccl(comm, op, why) ? SMDDP_ROUTE_NCCL : SMDDP_ROUTE_CUDA_IPC;
+    smddp__select_in_t in;
+    smddp__select_input(comm, op, &in);
+    return smddp__select(&in);
 }
 
 /* ---- at issue ------------------------------------------------------------------ */
@@ -162,8 +103,8 @@ smddp_status_t smddp__route_check_cuda(smddp_comm_t comm, smddp__op_kind_t kind,
                             "memory",
                             fn, comm->node_count, why);
     /* A kind smddp's kernels lack goes through NCCL, unless staging serves it across nodes. */
-    bool only_nccl = !algos_of(kind)->cuda && !smddp__op_traits(kind)->p2p &&
-                     kind != SMDDP_OP_BARRIER;
+    bool only_nccl = !smddp__algo_find(kind, SMDDP_PATH_CUDA_IPC, NULL) &&
+                     !smddp__op_traits(kind)->p2p && kind != SMDDP_OP_BARRIER;
     bool can_stage = comm->node_count > 1 && net != SMDDP_CUDA_NET_NCCL;
     if (only_nccl && !can_stage && !smddp__nccl(&why))
         return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
@@ -177,14 +118,14 @@ smddp_status_t smddp__route_check_cuda(smddp_comm_t comm, smddp__op_kind_t kind,
 bool smddp__route_needs_agreement(smddp_comm_t comm)
 {
     return comm->node_count > 1 && smddp__params()->cuda_net == SMDDP_CUDA_NET_AUTO &&
-           comm->cuda_nccl_everywhere < 0;
+           comm->verdicts.nccl_everywhere < 0;
 }
 
 int32_t smddp__route_nccl_here(const char **why) { return smddp__nccl(why) != NULL; }
 
 void smddp__route_agreed(smddp_comm_t comm, int32_t everywhere, const char *why_here)
 {
-    comm->cuda_nccl_everywhere = everywhere != 0;
+    comm->verdicts.nccl_everywhere = everywhere != 0;
     if (!everywhere)
         SMDDP_INFO("rank %d: NCCL does not load on every rank%s%s: CUDA collectives across nodes "
                    "stage through host memory",
@@ -193,95 +134,88 @@ void smddp__route_agreed(smddp_comm_t comm, int32_t everywhere, const char *why_
 
 smddp_status_t smddp__route_prepare(smddp_comm_t comm, smddp__op_t *op)
 {
-    if (smddp__route(comm, op, NULL) != SMDDP_ROUTE_CUDA_STAGED) return SMDDP_OK;
+    if (smddp__choose(comm, op).path != SMDDP_PATH_CUDA_STAGED) return SMDDP_OK;
     return smddp__cuda_stage_prepare(comm, op);
 }
 
 /* ---- in the op's turn ------------------------------------------------------------ */
 
-/* Host memory on its route: shared memory on one node, else the network. */
-static smddp_status_t run_host_on(smddp_comm_t comm, smddp__op_t *op, smddp__route_t route)
+/* The recorded path: across nodes, whether shared memory carried the node's share. */
+static const char *path_name(const smddp__choice_t *c)
 {
-    const algos_t *a = algos_of(op->kind);
-    smddp__algo_fn algo = route == SMDDP_ROUTE_SHM        ? a->shm
-                          : route == SMDDP_ROUTE_NET_HIER ? a->hier
-                                                          : a->flat;
-    if (!algo)
-        return smddp__error(SMDDP_ERR_INTERNAL, "no host algorithm for operation kind %d",
-                            (int)op->kind);
-    if (smddp__log_level() >= SMDDP_LOG_TRACE &&
-        (route != SMDDP_ROUTE_SHM || op->kind != SMDDP_OP_ALLREDUCE)) {
-        char desc[256];
-        smddp__op_describe(op, desc, sizeof(desc));
-        if (route == SMDDP_ROUTE_SHM)
-            SMDDP_TRACE("rank %d: %s through shm, %d local rank(s)", comm->rank, desc,
-                        comm->local_size);
-        else
-            SMDDP_TRACE("rank %d: %s across %d nodes: %s", comm->rank, desc, comm->node_count,
-                        route == SMDDP_ROUTE_NET_HIER
-                            ? "hierarchical (shm inside nodes, network between)"
-                            : "flat (every rank on the network)");
-    }
-    if (op->count == 0 && smddp__op_traits(op->kind)->empty_is_noop) return SMDDP_OK;
-    if (route == SMDDP_ROUTE_SHM) return algo(comm, op);
-    return smddp__net_run(comm, op, algo);
+    if (c->path == SMDDP_PATH_NET) return c->algo && c->algo->hier ? "net-hier" : "net-flat";
+    return smddp__path_name(c->path);
 }
 
-/* The host path of a staged op's chunks (host memory: always a host route). */
+static void trace_choice(smddp_comm_t comm, const smddp__op_t *op, const smddp__choice_t *c)
+{
+    if (smddp__log_level() < SMDDP_LOG_TRACE) return;
+    char desc[256];
+    smddp__op_describe(op, desc, sizeof(desc));
+    SMDDP_TRACE("rank %d: %s: %s, %s (%d local rank(s), %d node(s))", comm->rank, desc,
+                path_name(c), c->algo ? c->algo->name : "chunks staged through host memory",
+                comm->local_size, comm->node_count);
+}
+
+/* Host memory: shared memory on one node, else the network. */
+static smddp_status_t run_host_choice(smddp_comm_t comm, smddp__op_t *op, const smddp__choice_t *c)
+{
+    op->path = path_name(c);
+    op->algo = c->algo ? c->algo->name : NULL;
+    trace_choice(comm, op, c);
+    if (!c->algo)
+        return smddp__error(SMDDP_ERR_INTERNAL, "rank %d: no host algorithm for %s",
+                            comm->rank, smddp__op_kind_name(op->kind));
+    if (op->count == 0 && smddp__op_traits(op->kind)->empty_is_noop) return SMDDP_OK;
+    if (c->path == SMDDP_PATH_SHM) return c->algo->run(comm, op);
+    return smddp__net_run(comm, op, c->algo->run);
+}
+
+/* The host path of a staged op's chunks (host memory: always a host path). */
 static smddp_status_t run_host(smddp_comm_t comm, smddp__op_t *op)
 {
-    return run_host_on(comm, op, smddp__route(comm, op, NULL));
+    smddp__choice_t c = smddp__choose(comm, op);
+    return run_host_choice(comm, op, &c);
 }
 
-/* A route's name, for the flight recorder (op->path). */
-static const char *route_name(smddp__route_t route)
-{
-    switch (route) {
-    case SMDDP_ROUTE_SHM: return "shm";
-    case SMDDP_ROUTE_NET_FLAT: return "net-flat";
-    case SMDDP_ROUTE_NET_HIER: return "net-hier";
-    case SMDDP_ROUTE_CUDA_IPC: return "cuda-ipc";
-    case SMDDP_ROUTE_CUDA_STAGED: return "cuda-staged";
-    case SMDDP_ROUTE_NCCL: return "nccl";
-    }
-    return "unknown";
-}
-
-/* An op in its turn, on the route smddp__route gives it. */
+/* An op in its turn, on the path and with the algorithm the selection gives it. */
 static smddp_status_t run(smddp_comm_t comm, smddp__op_t *op)
 {
     /* A staged op's stream work was enqueued at issue (smddp__route_prepare). */
     if (op->stage) {
-        op->path = route_name(SMDDP_ROUTE_CUDA_STAGED);
+        op->path = smddp__path_name(SMDDP_PATH_CUDA_STAGED);
         return smddp__cuda_stage_run(comm, op, run_host);
     }
-    const char *why = NULL;
-    smddp__route_t route = smddp__route(comm, op, &why);
-    op->path = route_name(route);
-    switch (route) {
-    case SMDDP_ROUTE_SHM:
-    case SMDDP_ROUTE_NET_FLAT:
-    case SMDDP_ROUTE_NET_HIER:
-        return run_host_on(comm, op, route);
-    case SMDDP_ROUTE_NCCL: {
+    smddp__choice_t c = smddp__choose(comm, op);
+    switch (c.path) {
+    case SMDDP_PATH_SHM:
+    case SMDDP_PATH_NET:
+        return run_host_choice(comm, op, &c);
+    case SMDDP_PATH_NCCL: {
+        op->path = path_name(&c);
+        op->algo = c.algo->name;
+        trace_choice(comm, op, &c);
         static _Atomic uint32_t said;
         uint32_t bit = 1u << (comm->node_count > 1 ? 1 : op->kind == SMDDP_OP_ALLTOALLV ? 2 : 0);
         if (!(atomic_fetch_or(&said, bit) & bit))
             SMDDP_INFO("CUDA %s goes to NCCL: %s (said once)", smddp__op_kind_name(op->kind),
-                       why);
-        return smddp__cuda_execute(comm, op, smddp__nccl_execute, false);
+                       c.why);
+        return smddp__cuda_execute(comm, op, c.algo->run, false);
     }
-    case SMDDP_ROUTE_CUDA_IPC:
+    case SMDDP_PATH_CUDA_IPC:
+        op->path = path_name(&c);
+        if (!c.algo)
+            return smddp__error(SMDDP_ERR_INTERNAL, "rank %d: %s has no CUDA implementation",
+                                comm->rank, smddp__op_kind_name(op->kind));
+        op->algo = c.algo->name;
+        trace_choice(comm, op, &c);
+        return smddp__cuda_execute(comm, op, c.algo->run, true);
+    case SMDDP_PATH_CUDA_STAGED:
+    case SMDDP_PATH_COUNT:
         break;
-    case SMDDP_ROUTE_CUDA_STAGED:
-        return smddp__error(SMDDP_ERR_INTERNAL, "rank %d: %s routed through host staging was "
-                            "not staged at issue", comm->rank, smddp__op_kind_name(op->kind));
     }
-    smddp__algo_fn algo = algos_of(op->kind)->cuda;
-    if (!algo)
-        return smddp__error(SMDDP_ERR_INTERNAL, "rank %d: %s has no CUDA implementation",
-                            comm->rank, smddp__op_kind_name(op->kind));
-    return smddp__cuda_execute(comm, op, algo, true);
+    return smddp__error(SMDDP_ERR_INTERNAL, "rank %d: %s routed through host staging was "
+                        "not staged at issue", comm->rank, smddp__op_kind_name(op->kind));
 }
 
 /* SMDDP_CHECK_ORDER: one extra barrier so that every rank compares every peer's desc. */

@@ -1,28 +1,23 @@
 /*
- * The router (exec.c): for every op, the path its data takes and the
- * algorithm that moves it, decided in one place; and running an op once it
- * is its turn.
+ * The router (exec.c): running an op once it is its turn, on the path and
+ * with the algorithm the selection (select.c) chooses from what is gathered
+ * here.
  */
 #ifndef SMDDP_CORE_EXEC_H
 #define SMDDP_CORE_EXEC_H
 
 #include "comm.h"
+#include "select.h"
 
-typedef enum smddp__route {
-    SMDDP_ROUTE_SHM,         /* host memory, one node: shared memory (coll/coll.c, allreduce.c) */
-    SMDDP_ROUTE_NET_FLAT,    /* host memory across nodes, every rank on the network (coll/net.c) */
-    SMDDP_ROUTE_NET_HIER,    /* host memory across nodes, shm inside each node (coll/hier.c) */
-    SMDDP_ROUTE_CUDA_IPC,    /* CUDA memory, one node: CUDA IPC kernels (cuda/coll_cuda.c) */
-    SMDDP_ROUTE_CUDA_STAGED, /* CUDA memory through pinned host memory (cuda/stage.c) */
-    SMDDP_ROUTE_NCCL         /* CUDA memory through an NCCL communicator (cuda/nccl.c) */
-} smddp__route_t;
+/* What the selection reads for op on comm (select.h), gathered before it chooses. */
+void smddp__select_input(smddp_comm_t comm, const smddp__op_t *op, smddp__select_in_t *in);
 
 /*
- * The route of op on comm, the same on every rank given the same settings
- * and, under SMDDP_CUDA_NET=auto across nodes, the agreement below. *why
- * (may be NULL) says why an op goes to NCCL.
+ * The path and algorithm of op on comm, the same on every rank given the
+ * same settings and, under SMDDP_CUDA_NET=auto across nodes, the agreement
+ * below. choice.why says why an op goes to NCCL.
  */
-smddp__route_t smddp__route(smddp_comm_t comm, const smddp__op_t *op, const char **why);
+smddp__choice_t smddp__choose(smddp_comm_t comm, const smddp__op_t *op);
 
 /*
  * At issue, for CUDA memory: whether this build and machine can serve a

@@ -53,6 +53,10 @@ static const param_row_t rows[] = {
      "job id from which a one-node job derives its store port when none is set (else "
      "PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid, SLURM_JOB_ID)",
      OFF(job_id), CAP(job_id), NULL},
+    {"SMDDP_ALGO", P_STRING, "",
+     "overrides the selection per kind and size, as kind:lo-hi:algorithm rules joined by '#' "
+     "(e.g. allreduce:0-64k:one-shot#allreduce:two-shot; bounds included, first match wins); the table and the names are "
+     "printed below", OFF(algo_rules), CAP(algo_rules), NULL},
     {"SMDDP_ALLREDUCE_ALGO", P_ENUM, "auto", "allreduce algorithm inside a node", OFF(algo), 0,
      "auto|oneshot|twoshot"},
     {"SMDDP_ALLREDUCE_ONESHOT_MAX", P_SIZE, "131072",

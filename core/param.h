@@ -34,6 +34,7 @@ typedef struct smddp__params {
     char job_id[256];           /* SMDDP_JOB_ID: derives the store port of one-node jobs */
     int64_t oneshot_max;        /* SMDDP_ALLREDUCE_ONESHOT_MAX bytes */
     smddp__allreduce_algo_t algo; /* SMDDP_ALLREDUCE_ALGO */
+    char algo_rules[1024];      /* SMDDP_ALGO: the selection's overrides (select.h) */
     int64_t shm_buffer;         /* SMDDP_SHM_BUFFER_SIZE bytes per rank */
     int64_t shm_pool;           /* SMDDP_SHM_POOL_SIZE bytes per rank (0: no pool) */
     int shm_pool_reserve_pct;   /* SMDDP_SHM_POOL_RESERVE_PCT: % of /dev/shm pools leave free */

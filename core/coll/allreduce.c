@@ -34,9 +34,12 @@
  * overwrites its own while peers read it) and stages them; two-shot in
  * pools need not. So a one-shot-sized allreduce publishes its in-place
  * pooled buffer, every rank learns alike whether all were (the verdict,
- * kept per size in comm->allreduce_pooled), and the next allreduce of that
- * size runs two-shot: in the pools, or staged if a buffer is no longer
- * pooled, which clears the verdict.
+ * kept per size in the agreement cache, comm->verdicts), and the selection
+ * (select.c) sends the next allreduce of that size two-shot: in the pools,
+ * or staged if a buffer is no longer pooled, which clears the verdict.
+ *
+ * Each algorithm here is one registry entry (at the end of the file); the
+ * selection alone chooses among them.
  */
 #include <string.h>
 
@@ -44,50 +47,10 @@
 #include "../param.h"
 #include "../transport/shm.h"
 #include "../topo.h"
+#include "../select.h"
 #include "coll.h"
 
 #define MAX_LOCAL SMDDP_MAX_LOCAL /* checked at creation (topo.c) */
-#define N_POOLED (sizeof(((struct smddp_comm *)0)->allreduce_pooled) / sizeof(size_t))
-/*
- * Pooled verdicts, kept with the size (bytes << 2 | verdict): every buffer
- * in place in a pool (two-shot runs in the pools), or every input in a
- * pool, out of place (one-shot reads them there).
- */
-#define POOLED_IN_PLACE 1u
-#define POOLED_INPUTS 2u
-/* Up to this many bytes the low-latency slots beat the pools whatever the verdict. */
-#define LL_OVER_POOLS_MAX 1024
-
-/* Whether auto picks one-shot for `bytes` by size (see smddp__allreduce). */
-static bool oneshot_sized(smddp_comm_t comm, size_t bytes)
-{
-    return bytes * (size_t)comm->local_size / 2 <= (size_t)smddp__params()->oneshot_max &&
-           bytes <= smddp__shm_half_size(comm);
-}
-
-/* The verdict of the last one-shot-sized allreduce of `bytes` (0: none). */
-static unsigned pooled_verdict(smddp_comm_t comm, size_t bytes)
-{
-    for (size_t i = 0; i < N_POOLED; i++)
-        if (comm->allreduce_pooled[i] >> 2 == bytes) return comm->allreduce_pooled[i] & 3u;
-    return 0;
-}
-
-/* Records the verdict of an allreduce of `bytes` (the same on every rank). */
-static void set_pooled(smddp_comm_t comm, size_t bytes, unsigned verdict)
-{
-    size_t *v = comm->allreduce_pooled, i = 0;
-    while (i < N_POOLED && v[i] >> 2 != bytes) i++;
-    if (verdict && i == N_POOLED) { /* newest first, the oldest dropped */
-        memmove(v + 1, v, (N_POOLED - 1) * sizeof(*v));
-        v[0] = bytes << 2 | verdict;
-    } else if (verdict) {
-        v[i] = bytes << 2 | verdict;
-    } else if (i < N_POOLED) {
-        memmove(v + i, v + i + 1, (N_POOLED - 1 - i) * sizeof(*v));
-        v[N_POOLED - 1] = 0;
-    }
-}
 
 /*
  * One-shot through the low-latency slots; each rank reduces in rank order,
@@ -101,14 +64,14 @@ static smddp_status_t allreduce_ll(smddp_comm_t comm, smddp__op_t *op)
     const void *srcs[MAX_LOCAL];
     smddp__reduce_spec_t spec = op->spec;
     spec.avg_div = comm->size;
-    bool pools = smddp__pool_on(comm) && bytes > LL_OVER_POOLS_MAX;
+    bool pools = smddp__pool_on(comm) && bytes > SMDDP_LL_OVER_POOLS_MAX;
     uint64_t where = 0;
     if (pools && op->sendbuf == op->recvbuf)
-        where = smddp__pool_ref(comm, op->recvbuf, bytes) ? POOLED_IN_PLACE : 0;
+        where = smddp__pool_ref(comm, op->recvbuf, bytes) ? SMDDP_POOLED_IN_PLACE : 0;
     else if (pools && smddp__disjoint(op->sendbuf, bytes, op->recvbuf, bytes))
-        where = smddp__pool_ref(comm, op->sendbuf, bytes) ? POOLED_INPUTS : 0;
+        where = smddp__pool_ref(comm, op->sendbuf, bytes) ? SMDDP_POOLED_INPUTS : 0;
     SMDDP_CHECK(smddp__shm_ll_exchange(comm, op, op->sendbuf, bytes, &where, srcs));
-    if (pools) set_pooled(comm, bytes, (unsigned)where);
+    if (pools) smddp__verdict_set_pooled(&comm->verdicts, bytes, (smddp__pool_verdict_t)where);
     srcs[comm->local_rank] = op->sendbuf;
     smddp__reduce(&spec, op->recvbuf, srcs, comm->local_size, op->count);
     return SMDDP_OK;
@@ -145,9 +108,11 @@ static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
         smddp__pool_peers(comm, op, t, &pl);
         if (pl.all_in) op->algo = "one-shot in pools";
         /* Inputs pooled out of place change the path only where low-latency would run. */
-        set_pooled(comm, bytes, pl.all_out ? POOLED_IN_PLACE
-                                : pl.all_in && bytes <= smddp__shm_ll_max(comm) ? POOLED_INPUTS
-                                                                                 : 0);
+        smddp__verdict_set_pooled(&comm->verdicts, bytes,
+                                  pl.all_out ? SMDDP_POOLED_IN_PLACE
+                                  : pl.all_in && bytes <= smddp__shm_ll_max(comm)
+                                      ? SMDDP_POOLED_INPUTS
+                                      : SMDDP_POOLED_NONE);
     }
     for (int q = 0; q < p; q++)
         srcs[q] = q == me ? op->sendbuf : pl.in && pl.in[q] ? pl.in[q] : smddp__shm_buf(comm, q, h);
@@ -254,11 +219,12 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
         SMDDP_CHECK(smddp__shm_wait_all(comm, op, t));
         if (base == 0 && smddp__pool_on(comm)) {
             smddp__pool_peers(comm, op, t, &pl);
-            if (root_lr < 0 && oneshot_sized(comm, op->count * es)) {
+            if (root_lr < 0 && op->count * es <= smddp__oneshot_range(comm)) {
                 /* The same verdict as one-shot's: every buffer pooled and in place. */
                 bool in_place = pl.all_in && pl.all_out;
                 for (int q = 0; q < p && in_place; q++) in_place = pl.in[q] == pl.out[q];
-                set_pooled(comm, op->count * es, in_place ? POOLED_IN_PLACE : 0);
+                smddp__verdict_set_pooled(&comm->verdicts, op->count * es,
+                                          in_place ? SMDDP_POOLED_IN_PLACE : SMDDP_POOLED_NONE);
             }
             if (pl.all_in && pl.all_out && root_lr < 0) {
                 size_t off, len;
@@ -294,48 +260,40 @@ static smddp_status_t allreduce_twoshot(smddp_comm_t comm, smddp__op_t *op, int 
     return SMDDP_OK;
 }
 
-smddp_status_t smddp__allreduce(smddp_comm_t comm, smddp__op_t *op)
+static smddp_status_t allreduce_twoshot_all(smddp_comm_t comm, smddp__op_t *op)
 {
-    enum { LOW_LATENCY, ONE_SHOT, TWO_SHOT } how;
-    static const char *const names[] = {"low-latency", "one-shot", "two-shot"};
-    const smddp__params_t *params = smddp__params();
-    size_t bytes = op->count * smddp__dtype_size(op->dtype); /* > 0: count 0 runs nothing */
-    if (params->algo == SMDDP_ALLREDUCE_ONESHOT) {
-        how = bytes <= smddp__shm_half_size(comm) ? ONE_SHOT : TWO_SHOT;
-    } else if (params->algo == SMDDP_ALLREDUCE_TWOSHOT || !oneshot_sized(comm, bytes)) {
-        /*
-         * One-shot reads every peer's copy (P x bytes per rank), two-shot a
-         * fixed 2 x bytes plus one more synchronisation: the switch point
-         * measured for 2 ranks scales down as ranks are added.
-         */
-        how = TWO_SHOT;
-    } else {
-        /*
-         * In place in pools, one-shot must stage (see above) and two-shot
-         * need not: measured 3-13x faster at 8-128 KiB. Up to
-         * SMDDP_SHM_LL_MAX the low-latency slots beat staging, and beat the
-         * pools up to LL_OVER_POOLS_MAX (bench/RESULTS.md).
-         */
-        unsigned verdict = smddp__pool_on(comm) ? pooled_verdict(comm, bytes) : 0;
-        how = bytes <= smddp__shm_ll_max(comm) && (!verdict || bytes <= LL_OVER_POOLS_MAX)
-                  ? LOW_LATENCY
-              : verdict == POOLED_IN_PLACE ? TWO_SHOT
-                                           : ONE_SHOT;
-    }
-    SMDDP_TRACE("rank %d: allreduce seq %llu: %zu bytes, %s through shm", comm->rank,
-                (unsigned long long)op->seq, bytes, names[how]);
-    op->algo = names[how];
-    return how == LOW_LATENCY ? allreduce_ll(comm, op)
-           : how == ONE_SHOT  ? allreduce_oneshot(comm, op)
-                              : allreduce_twoshot(comm, op, -1);
+    return allreduce_twoshot(comm, op, -1);
 }
 
-smddp_status_t smddp__reduce_root(smddp_comm_t comm, smddp__op_t *op)
+static smddp_status_t reduce_root(smddp_comm_t comm, smddp__op_t *op)
 {
     return allreduce_twoshot(comm, op, smddp__local_index(comm, op->root));
 }
 
-smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
+static bool ll_fits(const smddp__select_in_t *in)
+{
+    return in->bytes > 0 && in->bytes <= in->lim[SMDDP_LIM_LL];
+}
+
+static bool within_half(const smddp__select_in_t *in) { return in->bytes <= in->lim[SMDDP_LIM_HALF]; }
+
+static const char *const in_pools[] = {"in pools", NULL};
+static const char *const oneshot_in_pools[] = {"one-shot in pools", NULL};
+
+const smddp__algo_t smddp__algo_allreduce_ll = {
+    "low-latency", SMDDP_OP_ALLREDUCE, SMDDP_PATH_SHM, false, ll_fits, allreduce_ll, NULL,
+    "one exchange through the low-latency slots; every rank reduces every copy"};
+const smddp__algo_t smddp__algo_allreduce_oneshot = {
+    "one-shot", SMDDP_OP_ALLREDUCE, SMDDP_PATH_SHM, false, within_half, allreduce_oneshot,
+    oneshot_in_pools, "each rank stages its input once and reduces all of them"};
+const smddp__algo_t smddp__algo_allreduce_twoshot = {
+    "two-shot", SMDDP_OP_ALLREDUCE, SMDDP_PATH_SHM, false, NULL, allreduce_twoshot_all, in_pools,
+    "reduce-scatter then allgather in rounds of one staging half"};
+const smddp__algo_t smddp__algo_reduce_twoshot = {
+    "two-shot", SMDDP_OP_REDUCE, SMDDP_PATH_SHM, false, NULL, reduce_root, NULL,
+    "two-shot allreduce, copied out on the root only"};
+
+static smddp_status_t reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
 {
     size_t es = smddp__dtype_size(op->dtype);
     int p = comm->local_size, me = comm->local_rank, h = 0;
@@ -395,3 +353,7 @@ smddp_status_t smddp__reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
     /* Peers read my input in place: it is mine again once they all ended their last step. */
     return in_ref ? smddp__shm_step_wait(comm, op, h) : SMDDP_OK;
 }
+
+const smddp__algo_t smddp__algo_reduce_scatter_twoshot = {
+    "two-shot", SMDDP_OP_REDUCE_SCATTER, SMDDP_PATH_SHM, false, NULL, reduce_scatter, in_pools,
+    "two-shot's first half, written straight into the output"};

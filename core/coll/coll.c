@@ -16,35 +16,32 @@
 #include "../param.h"
 #include "../transport/shm.h"
 #include "../topo.h"
+#include "../select.h"
 #include "coll.h"
 
 /*
  * A broadcast through the low-latency slots: the root's slot carries the
  * data, the others' only their tag. Every rank waits for every other, as
  * the slots require (a root that went on at once could rewrite its slot
- * while a peer still read it). Up to LL_BROADCAST_MAX: above it the staged
- * broadcast, whose root does not wait, measured as fast (bench/RESULTS.md).
+ * while a peer still read it).
  */
-#define LL_BROADCAST_MAX 1024
-static smddp_status_t broadcast_ll(smddp_comm_t comm, smddp__op_t *op, size_t bytes, int root)
+static smddp_status_t broadcast_ll(smddp_comm_t comm, smddp__op_t *op)
 {
     const void *in[SMDDP_MAX_LOCAL];
+    size_t bytes = op->count * smddp__dtype_size(op->dtype);
+    int root = smddp__local_index(comm, op->root);
     bool me = comm->local_rank == root;
     SMDDP_CHECK(smddp__shm_ll_exchange(comm, op, me ? op->recvbuf : NULL, bytes, NULL, in));
     if (!me) memcpy(op->recvbuf, in[root], bytes);
     return SMDDP_OK;
 }
 
-smddp_status_t smddp__coll_broadcast(smddp_comm_t comm, smddp__op_t *op)
+static smddp_status_t broadcast_staged(smddp_comm_t comm, smddp__op_t *op)
 {
     size_t bytes = op->count * smddp__dtype_size(op->dtype);
     size_t half = smddp__shm_half_size(comm);
     int root = smddp__local_index(comm, op->root), me = comm->local_rank, h;
     char *buf = op->recvbuf;
-    if (bytes && bytes <= SMDDP_MIN(smddp__shm_ll_max(comm), (size_t)LL_BROADCAST_MAX)) {
-        op->algo = "low-latency";
-        return broadcast_ll(comm, op, bytes, root);
-    }
     int stream = bytes >= (size_t)smddp__params()->stream_min;
     for (size_t off = 0; off < bytes; off += half) {
         size_t n = SMDDP_MIN(half, bytes - off);
@@ -151,7 +148,7 @@ out:
     return st;
 }
 
-smddp_status_t smddp__coll_scatter(smddp_comm_t comm, smddp__op_t *op)
+static smddp_status_t scatter_staged(smddp_comm_t comm, smddp__op_t *op)
 {
     size_t es = smddp__dtype_size(op->dtype);
     size_t bytes = op->count * es; /* per rank */
@@ -276,7 +273,7 @@ static smddp_status_t alltoall_common(smddp_comm_t comm, smddp__op_t *op, const 
     return SMDDP_OK;
 }
 
-smddp_status_t smddp__coll_alltoall(smddp_comm_t comm, smddp__op_t *op)
+static smddp_status_t alltoall_staged(smddp_comm_t comm, smddp__op_t *op)
 {
     int p = comm->size;
     int64_t *v = malloc(sizeof(int64_t) * 2 * (size_t)p);
@@ -291,8 +288,9 @@ smddp_status_t smddp__coll_alltoall(smddp_comm_t comm, smddp__op_t *op)
 }
 
 /* An allgather through the low-latency slots: one exchange. */
-static smddp_status_t allgather_ll(smddp_comm_t comm, smddp__op_t *op, size_t bytes)
+static smddp_status_t allgather_ll(smddp_comm_t comm, smddp__op_t *op)
 {
+    size_t bytes = op->count * smddp__dtype_size(op->dtype);
     const void *in[SMDDP_MAX_LOCAL];
     char *recv = op->recvbuf;
     SMDDP_CHECK(smddp__shm_ll_exchange(comm, op, op->sendbuf, bytes, NULL, in));
@@ -304,31 +302,61 @@ static smddp_status_t allgather_ll(smddp_comm_t comm, smddp__op_t *op, size_t by
     return SMDDP_OK;
 }
 
-smddp_status_t smddp__coll_allgather(smddp_comm_t comm, smddp__op_t *op)
+static smddp_status_t allgather_staged(smddp_comm_t comm, smddp__op_t *op)
 {
-    size_t bytes = op->count * smddp__dtype_size(op->dtype);
-    /* Cross-memory attach (one copy) measured faster where it applies. */
-    if (bytes && bytes <= smddp__shm_ll_max(comm) && !smddp__cma_use(comm, bytes)) {
-        op->algo = "low-latency";
-        return allgather_ll(comm, op, bytes);
-    }
     return gather_common(comm, op, -1);
 }
 
-smddp_status_t smddp__coll_gather(smddp_comm_t comm, smddp__op_t *op)
+static smddp_status_t gather_staged(smddp_comm_t comm, smddp__op_t *op)
 {
     return gather_common(comm, op, smddp__local_index(comm, op->root));
 }
 
-smddp_status_t smddp__coll_alltoallv(smddp_comm_t comm, smddp__op_t *op)
+static smddp_status_t alltoallv_staged(smddp_comm_t comm, smddp__op_t *op)
 {
     int p = comm->size;
     return alltoall_common(comm, op, op->v, op->v + p, op->v + 2 * p, op->v + 3 * p, true);
 }
 
-smddp_status_t smddp__coll_barrier(smddp_comm_t comm, smddp__op_t *op)
+static smddp_status_t barrier_ll(smddp_comm_t comm, smddp__op_t *op)
 {
-    if (!smddp__shm_ll_max(comm)) return smddp__shm_sync(comm, op);
-    op->algo = "low-latency";
     return smddp__shm_ll_exchange(comm, op, NULL, 0, NULL, NULL);
 }
+
+static smddp_status_t barrier_counters(smddp_comm_t comm, smddp__op_t *op)
+{
+    return smddp__shm_sync(comm, op);
+}
+
+static bool ll_fits(const smddp__select_in_t *in)
+{
+    return in->bytes > 0 && in->bytes <= in->lim[SMDDP_LIM_LL];
+}
+
+static bool ll_slots(const smddp__select_in_t *in) { return in->facts & SMDDP_FACT_LL_SLOTS; }
+
+static const char *const read_in_place[] = {"in pools", "cross-memory attach", NULL};
+
+#define ENTRY(var, name, kind, can_run, run, placements, about)                                    \
+    const smddp__algo_t smddp__algo_##var = {name, SMDDP_OP_##kind, SMDDP_PATH_SHM, false, can_run, \
+                                             run, placements, about}
+ENTRY(broadcast_ll, "low-latency", BROADCAST, ll_fits, broadcast_ll, NULL,
+      "the root's slot carries the data; every rank waits for every other");
+ENTRY(broadcast_staged, "staged", BROADCAST, NULL, broadcast_staged, NULL,
+      "the root stages rounds of one half, the others copy them out");
+ENTRY(allgather_ll, "low-latency", ALLGATHER, ll_fits, allgather_ll, NULL,
+      "one exchange through the low-latency slots");
+ENTRY(allgather_staged, "staged", ALLGATHER, NULL, allgather_staged, read_in_place,
+      "rounds of one half; inputs in pools or reachable by cross-memory attach read in place");
+ENTRY(gather_staged, "staged", GATHER, NULL, gather_staged, NULL,
+      "rounds of one half, copied out on the root");
+ENTRY(scatter_staged, "staged", SCATTER, NULL, scatter_staged, NULL,
+      "the root stages every rank's piece, each copies its own");
+ENTRY(alltoall_staged, "staged", ALLTOALL, NULL, alltoall_staged, NULL,
+      "each rank stages a piece per peer in rounds of one half");
+ENTRY(alltoallv_staged, "staged", ALLTOALLV, NULL, alltoallv_staged, NULL,
+      "counts checked pairwise first, then as alltoall");
+ENTRY(barrier_ll, "low-latency", BARRIER, ll_slots, barrier_ll, NULL,
+      "one exchange through the low-latency slots");
+ENTRY(barrier_counters, "counters", BARRIER, NULL, barrier_counters, NULL,
+      "every rank posts its counter and waits for all");

@@ -31,6 +31,7 @@
 #include "../param.h"
 #include "../transport/shm.h"
 #include "../topo.h"
+#include "../select.h"
 #include "net.h"
 
 #define MAX_LOCAL SMDDP_NET_MAX_FUSE
@@ -195,13 +196,15 @@ static smddp_status_t finish_round(smddp_comm_t comm, smddp__op_t *op, ar_pipe_t
     return SMDDP_OK;
 }
 
-/* Allreduce in place of op->sendbuf into op->recvbuf; any dtype but fp16/bf16. */
-static smddp_status_t allreduce(smddp_comm_t comm, smddp__op_t *op)
+/*
+ * Allreduce in place of op->sendbuf into op->recvbuf, k local ranks on the
+ * network (1: a leader per node; every local rank); any dtype but fp16/bf16.
+ */
+static smddp_status_t allreduce(smddp_comm_t comm, smddp__op_t *op, int k)
 {
     size_t es = smddp__dtype_size(op->dtype);
     int L = comm->local_size, N = comm->node_count, me = comm->local_rank;
     size_t bytes = op->count * es;
-    int k = bytes <= (size_t)smddp__params()->net_leader_max ? 1 : L;
     size_t round_elems = smddp__shm_half_size(comm) / es;
     const char *send = op->sendbuf;
     const void *srcs[MAX_LOCAL];
@@ -276,9 +279,24 @@ static smddp_status_t allreduce(smddp_comm_t comm, smddp__op_t *op)
     return st;
 }
 
+static smddp_status_t allreduce_all(smddp_comm_t comm, smddp__op_t *op)
+{
+    return allreduce(comm, op, comm->local_size);
+}
+
+static smddp_status_t allreduce_leader(smddp_comm_t comm, smddp__op_t *op)
+{
+    return allreduce(comm, op, 1);
+}
+
 smddp_status_t smddp__hier_allreduce(smddp_comm_t comm, smddp__op_t *op)
 {
-    return smddp__net_via_fp32(comm, op, op->count, op->count, allreduce);
+    return smddp__net_via_fp32(comm, op, op->count, op->count, allreduce_all);
+}
+
+smddp_status_t smddp__hier_allreduce_leader(smddp_comm_t comm, smddp__op_t *op)
+{
+    return smddp__net_via_fp32(comm, op, op->count, op->count, allreduce_leader);
 }
 
 /* Reduce-scatter: p blocks of op->count in op->sendbuf, this rank's block into op->recvbuf. */
@@ -444,8 +462,36 @@ smddp_status_t smddp__hier_reduce(smddp_comm_t comm, smddp__op_t *op)
     return smddp__net_reduce_by(comm, op, smddp__hier_allreduce);
 }
 
+static smddp_status_t reduce_leader(smddp_comm_t comm, smddp__op_t *op)
+{
+    return smddp__net_reduce_by(comm, op, smddp__hier_allreduce_leader);
+}
+
 smddp_status_t smddp__hier_reduce_scatter(smddp_comm_t comm, smddp__op_t *op)
 {
     return smddp__net_via_fp32(comm, op, op->count * (size_t)comm->size, op->count,
                                reduce_scatter);
 }
+
+/* Every node holds the same ranks: what every hierarchical algorithm needs. */
+static bool node_ranks(const smddp__select_in_t *in) { return in->facts & SMDDP_FACT_NODE_RANKS; }
+
+#define ENTRY(var, name, kind, run, about)                                                          \
+    const smddp__algo_t smddp__algo_##var = {name, SMDDP_OP_##kind, SMDDP_PATH_NET, true,           \
+                                             node_ranks, run, NULL, about}
+ENTRY(hier_allreduce, "hierarchical", ALLREDUCE, smddp__hier_allreduce,
+      "reduce-scatter in the node, a ring per local rank across nodes, allgather in the node");
+ENTRY(hier_allreduce_leader, "hier-leader", ALLREDUCE, smddp__hier_allreduce_leader,
+      "as hierarchical, one rank per node on the network");
+ENTRY(hier_reduce, "hierarchical", REDUCE, smddp__hier_reduce,
+      "the hierarchical allreduce, off the root into scratch");
+ENTRY(hier_reduce_leader, "hier-leader", REDUCE, reduce_leader,
+      "the hier-leader allreduce, off the root into scratch");
+ENTRY(hier_reduce_scatter, "hierarchical", REDUCE_SCATTER, smddp__hier_reduce_scatter,
+      "reduce-scatter in the node, then a ring reduce-scatter across nodes");
+ENTRY(hier_allgather, "hierarchical", ALLGATHER, smddp__hier_allgather,
+      "blocks exchanged with the counterparts, then shared in the node");
+ENTRY(hier_broadcast, "hierarchical", BROADCAST, smddp__hier_broadcast,
+      "a chain of the root's counterparts, then inside each node");
+ENTRY(hier_barrier, "hierarchical", BARRIER, smddp__hier_barrier,
+      "a node barrier around a barrier of one rank per node");

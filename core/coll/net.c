@@ -3,7 +3,7 @@
  * rings for allreduce, reduce-scatter and allgather, a pipelined chain for
  * broadcast, pairwise exchange for all-to-all, direct transfers for gather
  * and scatter, all built from ring.c's blocks. hier.c has the hierarchical
- * ones; the router (exec.c) picks between them.
+ * ones; the selection (select.c) picks between them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -244,3 +244,23 @@ smddp_status_t smddp__net_run(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn
     smddp__net_scratch_trim(comm); /* after op_end: no registration of it is held any more */
     return st;
 }
+
+#define ENTRY(var, name, kind, run, about)                                                          \
+    const smddp__algo_t smddp__algo_##var = {name, SMDDP_OP_##kind, SMDDP_PATH_NET, false, NULL,    \
+                                             run, NULL, about}
+ENTRY(net_allreduce_ring, "ring", ALLREDUCE, smddp__net_allreduce,
+      "every rank on one ring: reduce-scatter, then allgather");
+ENTRY(net_reduce_ring, "ring", REDUCE, smddp__net_reduce,
+      "the ring allreduce, off the root into scratch");
+ENTRY(net_reduce_scatter_ring, "ring", REDUCE_SCATTER, smddp__net_reduce_scatter,
+      "every rank on one ring");
+ENTRY(net_allgather_ring, "ring", ALLGATHER, smddp__net_allgather, "every rank on one ring");
+ENTRY(net_broadcast_chain, "chain", BROADCAST, smddp__net_broadcast,
+      "a pipelined chain from the root");
+ENTRY(net_alltoall_pairwise, "pairwise", ALLTOALL, smddp__net_alltoall,
+      "every pair exchanges directly");
+ENTRY(net_alltoallv_pairwise, "pairwise", ALLTOALLV, smddp__net_alltoallv,
+      "every pair exchanges directly, counts checked first");
+ENTRY(net_gather_direct, "direct", GATHER, smddp__net_gather, "every rank sends to the root");
+ENTRY(net_scatter_direct, "direct", SCATTER, smddp__net_scatter, "the root sends to every rank");
+ENTRY(net_barrier_ring, "ring", BARRIER, smddp__net_barrier, "a one-byte ring allreduce");

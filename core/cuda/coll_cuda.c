@@ -637,6 +637,32 @@ smddp_status_t smddp__cuda_usable(const char *fn)
     return SMDDP_OK;
 }
 
+/*
+ * One entry per kind: the events path or, under SMDDP_CUDA_SYNC=kernel, the
+ * kernels of kernel_sync.c, whose one-shot or two-shot it records.
+ */
+static const char *const kernel_ways[] = {
+    "kernel one-shot", "kernel two-shot", "kernel", "kernel one-shot, input in place",
+    "kernel two-shot, input in place", "kernel, input in place", NULL};
+
+#define ENTRY(var, kind, run, ways, about)                                                          \
+    const smddp__algo_t smddp__algo_cuda_##var = {"cuda-ipc", kind, SMDDP_PATH_CUDA_IPC, false,    \
+                                                  NULL, run, ways, about}
+ENTRY(allreduce, SMDDP_OP_ALLREDUCE, smddp__cuda_ipc_allreduce, kernel_ways,
+      "peers' staging read through CUDA IPC, met through events or flags in device memory");
+ENTRY(reduce, SMDDP_OP_REDUCE, smddp__cuda_ipc_reduce, NULL, "as allreduce, kept on the root");
+ENTRY(broadcast, SMDDP_OP_BROADCAST, smddp__cuda_ipc_broadcast, NULL,
+      "the root's staging read through CUDA IPC");
+ENTRY(allgather, SMDDP_OP_ALLGATHER, smddp__cuda_ipc_allgather, kernel_ways,
+      "every peer's staging read through CUDA IPC");
+ENTRY(gather, SMDDP_OP_GATHER, smddp__cuda_ipc_gather, NULL, "as allgather, on the root");
+ENTRY(reduce_scatter, SMDDP_OP_REDUCE_SCATTER, smddp__cuda_ipc_reduce_scatter, kernel_ways,
+      "each rank reduces its block from every peer's staging");
+ENTRY(alltoall, SMDDP_OP_ALLTOALL, smddp__cuda_ipc_alltoall, NULL,
+      "each rank reads its piece from every peer's staging");
+ENTRY(scatter, SMDDP_OP_SCATTER, smddp__cuda_ipc_scatter, NULL,
+      "each rank reads its piece from the root's staging");
+
 #else /* !SMDDP_HAVE_CUDA */
 
 smddp_status_t smddp__cuda_execute(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn algo,

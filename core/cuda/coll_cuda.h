@@ -1,11 +1,11 @@
 /*
  * Collectives on CUDA device memory among the ranks of one node, through
- * CUDA IPC (coll_cuda.c). The router (exec.c) decides which ops come here.
+ * CUDA IPC (coll_cuda.c). The selection (select.c) decides which ops come here.
  */
 #ifndef SMDDP_CORE_CUDA_COLL_CUDA_H
 #define SMDDP_CORE_CUDA_COLL_CUDA_H
 
-#include "../comm.h"
+#include "../algo.h"
 
 /*
  * Runs algo for op with the buffers' device current, leaving the calling
@@ -38,5 +38,12 @@ smddp_status_t smddp__cuda_status(smddp_comm_t comm);
 
 /* Frees the CUDA IPC state (destroy). */
 void smddp__cuda_teardown(smddp_comm_t comm);
+
+#if SMDDP_HAVE_CUDA
+/* The algorithms, one registry entry per kind (select.c lists them). */
+extern const smddp__algo_t smddp__algo_cuda_allreduce, smddp__algo_cuda_reduce,
+    smddp__algo_cuda_broadcast, smddp__algo_cuda_allgather, smddp__algo_cuda_gather,
+    smddp__algo_cuda_reduce_scatter, smddp__algo_cuda_alltoall, smddp__algo_cuda_scatter;
+#endif
 
 #endif /* SMDDP_CORE_CUDA_COLL_CUDA_H */

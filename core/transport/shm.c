@@ -51,6 +51,20 @@ void smddp__shm_wake(_Atomic uint32_t *word, _Atomic uint32_t *sleepers)
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+/* Each staging half's size under these settings. */
+static size_t half_of(const smddp__params_t *params)
+{
+    return align_up((size_t)SMDDP_MAX(params->shm_buffer / 2, SMDDP_SHM_HALF_MIN), 4096);
+}
+
+/* FNV-1a of a setting's text, for comparing it across ranks. */
+static uint32_t text_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
 #define LAYOUT_PARTS 9
 
 static void layout(smddp__shm_t *s, int nranks, size_t *sizes)
@@ -139,7 +153,7 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
 
     if (!s) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate shared-memory state");
     int p = comm->local_size;
-    s->half = align_up((size_t)SMDDP_MAX(params->shm_buffer / 2, SMDDP_SHM_HALF_MIN), 4096);
+    s->half = half_of(params);
     s->ring_size = align_up((size_t)SMDDP_MAX(params->p2p_buffer, 4096), 4096);
     s->len = total_size(s, p);
 
@@ -208,6 +222,7 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
     mine->ll_max = (uint64_t)SMDDP_MIN(SMDDP_MAX(params->shm_ll_max, 0), SHM_LL_PAYLOAD_MAX);
     mine->oneshot_max = (uint64_t)params->oneshot_max;
     mine->algo = (uint32_t)params->algo;
+    mine->algo_rules_hash = text_hash(params->algo_rules);
 
     /*
      * A barrier on the segment itself proves every local rank has mapped it;
@@ -231,6 +246,14 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
     static const char *const algos[] = {"auto", "oneshot", "twoshot", "?"};
     for (int lr = 0; lr < p; lr++) {
         const shm_ctrl_t *c = &s->ctrl[lr];
+        if (c->algo_rules_hash != mine->algo_rules_hash) {
+            st = smddp__error(SMDDP_ERR_MISMATCH,
+                              "rank %d: SMDDP_ALGO differs between ranks of one node (\"%s\" "
+                              "here, another value on rank %d); set it the same everywhere",
+                              comm->rank, params->algo_rules, comm->local_ranks[lr]);
+            comm->shm = NULL;
+            goto fail;
+        }
         if (c->algo == mine->algo && c->oneshot_max == mine->oneshot_max) continue;
         st = smddp__error(SMDDP_ERR_MISMATCH,
                           "rank %d: SMDDP_ALLREDUCE_ALGO or SMDDP_ALLREDUCE_ONESHOT_MAX differs "
@@ -616,6 +639,8 @@ void *smddp__shm_buf(smddp_comm_t comm, int lr, int half)
 }
 
 size_t smddp__shm_half_size(smddp_comm_t comm) { return comm->shm->half; }
+
+size_t smddp__shm_default_half(void) { return half_of(smddp__params()); }
 
 void smddp__shm_wait_policy(smddp_comm_t comm, int64_t *spin_ns, int64_t *yield_ns)
 {

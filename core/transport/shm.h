@@ -45,6 +45,9 @@ void smddp__shm_wait_policy(smddp_comm_t comm, int64_t *spin_ns, int64_t *yield_
 /* Bytes in one staging half: SMDDP_SHM_BUFFER_SIZE / 2, at least SMDDP_SHM_HALF_MIN. */
 #define SMDDP_SHM_HALF_MIN 4096
 size_t smddp__shm_half_size(smddp_comm_t comm);
+/* The half and the low-latency payload a communicator would have under this process's settings. */
+size_t smddp__shm_default_half(void);
+size_t smddp__shm_default_ll_max(void);
 
 /*
  * Publishes desc in this rank's metadata slot for desc->seq; until
@@ -170,6 +173,8 @@ void smddp__pool_peers(smddp_comm_t comm, const smddp__op_t *op, uint32_t tag,
  */
 smddp_status_t smddp__cma_setup(smddp_comm_t comm);
 bool smddp__cma_use(smddp_comm_t comm, size_t bytes);
+/* The range cross-memory attach serves (allgather bytes per rank); false when it is off. */
+bool smddp__cma_range(smddp_comm_t comm, size_t *lo, size_t *hi);
 /*
  * Publishes the address of this rank's input for the next post; NULL when
  * peers must read it staged. In the order of pool_publish's contract: right

@@ -172,6 +172,14 @@ bool smddp__cma_use(smddp_comm_t comm, size_t bytes)
     return s->cma_on && bytes >= s->cma_min && bytes <= s->cma_max;
 }
 
+bool smddp__cma_range(smddp_comm_t comm, size_t *lo, size_t *hi)
+{
+    const smddp__shm_t *s = comm->shm;
+    *lo = s->cma_min;
+    *hi = s->cma_max;
+    return s->cma_on;
+}
+
 void smddp__cma_publish(smddp_comm_t comm, const smddp__op_t *op, const void *in)
 {
     cma_record_t *r = record(comm, comm->local_rank, op->seq);

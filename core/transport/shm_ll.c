@@ -23,6 +23,7 @@
  */
 #include <string.h>
 
+#include "../param.h"
 #include "shm_segment.h"
 
 static shm_ll_head_t *head_of(smddp__shm_t *s, int lr, uint64_t n)
@@ -32,6 +33,11 @@ static shm_ll_head_t *head_of(smddp__shm_t *s, int lr, uint64_t n)
 }
 
 size_t smddp__shm_ll_max(smddp_comm_t comm) { return comm->shm->ll_max; }
+
+size_t smddp__shm_default_ll_max(void)
+{
+    return (size_t)SMDDP_MIN(SMDDP_MAX(smddp__params()->shm_ll_max, 0), SHM_LL_PAYLOAD_MAX);
+}
 
 /* Writes this rank's part of exchange n: payload (NULL: none), desc, flags, then the tag. */
 static void post(smddp_comm_t comm, uint64_t n, const void *mine, size_t bytes, uint64_t flags)

@@ -18,12 +18,31 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "param.h"
 #include "progress_nodes.h"
 #include "transport/ofi.h"
 #include "store/store.h"
 
 int harness_store_port;
+
+struct smddp_comm *harness_topology(int nodes, int per_node)
+{
+    static int node_ranks[4096];
+    struct smddp_comm *c = calloc(1, sizeof(*c));
+    if (!c || nodes * per_node > 4096) {
+        fprintf(stderr, "harness_topology: %d x %d ranks: out of memory or too many\n", nodes,
+                per_node);
+        exit(1);
+    }
+    c->size = nodes * per_node;
+    c->node_count = nodes;
+    c->local_size = per_node;
+    smddp__verdicts_init(&c->verdicts);
+    for (int i = 0; i < c->size; i++) node_ranks[i] = i;
+    c->node_ranks = node_ranks;
+    return c;
+}
 
 int harness_trace_count(smddp_comm_t comm, const char *what)
 {

@@ -48,6 +48,13 @@ smddp_comm_t harness_comm(int rank, int size, const char *prefix);
 smddp_status_t harness_try_comm(int rank, int size, const char *prefix, int64_t timeout_ms,
                                 smddp_comm_t *comm);
 
+/*
+ * A communicator that is only its topology (nodes x per_node ranks, rank r
+ * on node r / per_node, no transports): enough for the router's and the
+ * topology's checks. Free it with free().
+ */
+struct smddp_comm *harness_topology(int nodes, int per_node);
+
 /* How many times the communicator's flight recorder dump says `what` (in a rank). */
 int harness_trace_count(smddp_comm_t comm, const char *what);
 /* Counts /dev/shm entries whose name starts with "smddp-". */

@@ -157,7 +157,7 @@ static const char *const api[] = {
     "smddp_send",             "smddp_recv",            "smddp_dtype_size",
     "smddp_dtype_name",       "smddp_op_name",         "smddp_print_settings",
     "smddp_request_source",   "smddp_request_enqueued", "smddp_comm_dump_trace",
-    "smddp_comm_status",
+    "smddp_comm_status",      "smddp_print_selection",
 };
 #define NAPI (sizeof(api) / sizeof(api[0]))
 

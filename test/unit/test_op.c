@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "exec.h"
+#include "harness.h"
 #include "op.h"
 #include "param.h"
 #include "topo.h"
@@ -177,67 +178,13 @@ static void test_describe_and_mismatch(void **state)
     assert_non_null(strstr(msg, "rank 3 issued reduce (seq 0, count 10, float64, max) with root 1"));
 }
 
-/* A communicator that is only its topology: enough for the router's choices. */
-static struct smddp_comm *topology(int nodes, int per_node)
-{
-    struct smddp_comm *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    c->size = nodes * per_node;
-    c->node_count = nodes;
-    c->local_size = per_node;
-    c->cuda_nccl_everywhere = -1;
-    static int node_ranks[2 * SMDDP_MAX_LOCAL];
-    assert_true(c->size <= 2 * SMDDP_MAX_LOCAL);
-    for (int i = 0; i < c->size; i++) node_ranks[i] = i;
-    c->node_ranks = node_ranks;
-    return c;
-}
-
-static void test_router(void **state)
-{
-    (void)state;
-    unsetenv("SMDDP_NET_ALGO");
-    unsetenv("SMDDP_CUDA_NET");
-    unsetenv("SMDDP_COMMUNICATION_BACKEND");
-    smddp__params_reload();
-    struct smddp_comm *one = topology(1, 4), *two = topology(2, 2), *flat = topology(2, 1);
-    smddp__op_t ar = make(SMDDP_OP_ALLREDUCE, 1024, SMDDP_FLOAT32, -1);
-    smddp__op_t a2a = make(SMDDP_OP_ALLTOALL, 1024, SMDDP_FLOAT32, -1);
-    assert_int_equal(smddp__route(one, &ar, NULL), SMDDP_ROUTE_SHM);
-    assert_int_equal(smddp__route(two, &ar, NULL), SMDDP_ROUTE_NET_HIER);
-    /* No hierarchical all-to-all: flat. */
-    assert_int_equal(smddp__route(two, &a2a, NULL), SMDDP_ROUTE_NET_FLAT);
-    /* One rank per node: small reductions ride the flat ring, large ones go hierarchical. */
-    assert_int_equal(smddp__route(flat, &ar, NULL), SMDDP_ROUTE_NET_FLAT);
-    smddp__op_t big = make(SMDDP_OP_ALLREDUCE, 16u << 20, SMDDP_UINT8, -1);
-    assert_int_equal(smddp__route(flat, &big, NULL), SMDDP_ROUTE_NET_HIER);
-    setenv("SMDDP_NET_ALGO", "flat", 1);
-    smddp__params_reload();
-    assert_int_equal(smddp__route(two, &ar, NULL), SMDDP_ROUTE_NET_FLAT);
-    unsetenv("SMDDP_NET_ALGO");
-    smddp__params_reload();
-    /* A barrier never moves device memory. */
-    smddp__op_t bar = make(SMDDP_OP_BARRIER, 0, SMDDP_UINT8, -1);
-    bar.mem_type = SMDDP_MEM_CUDA;
-    assert_int_equal(smddp__route(one, &bar, NULL), SMDDP_ROUTE_SHM);
-    /* CUDA all-to-all with split sizes: NCCL, and it says why. */
-    smddp__op_t v = make(SMDDP_OP_ALLTOALLV, 4, SMDDP_FLOAT32, -1);
-    v.mem_type = SMDDP_MEM_CUDA;
-    const char *why = NULL;
-    assert_int_equal(smddp__route(one, &v, &why), SMDDP_ROUTE_NCCL);
-    assert_non_null(why);
-    free(one);
-    free(two);
-    free(flat);
-}
-
 static void test_topology_limits(void **state)
 {
     (void)state;
-    struct smddp_comm *c = topology(1, SMDDP_MAX_LOCAL);
+    struct smddp_comm *c = harness_topology(1, SMDDP_MAX_LOCAL);
     assert_int_equal(smddp__topo_check(c), SMDDP_OK);
     free(c);
-    c = topology(2, 1);
+    c = harness_topology(2, 1);
     c->local_size = SMDDP_MAX_LOCAL + 1; /* 257 ranks on this rank's node */
     c->size = 300;
     c->node = 1;
@@ -255,7 +202,6 @@ int main(void)
         cmocka_unit_test(test_dtype_and_op_tables),
         cmocka_unit_test(test_op_bytes),
         cmocka_unit_test(test_describe_and_mismatch),
-        cmocka_unit_test(test_router),
         cmocka_unit_test(test_topology_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -697,6 +697,14 @@ SMDDP_API const char *smddp_op_name(smddp_op_t op);
  * description to the stream (a FILE *), one per line. Used by smddp_info.
  */
 SMDDP_API void smddp_print_settings(void *file);
+
+/**
+ * Prints, to the stream (a FILE *), which algorithm each collective runs at
+ * each size for a communicator of local_ranks ranks on each of nodes nodes
+ * under this process's settings (SMDDP_ALGO's rules first), and every
+ * algorithm this build has. Used by smddp_info.
+ */
+SMDDP_API void smddp_print_selection(void *file, int local_ranks, int nodes);
 /**@}*/
 
 #ifdef __cplusplus
