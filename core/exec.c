@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
-#include "coll/net.h"
+#include "coll/net/ring.h"
 #include "cuda/coll_cuda.h"
 #include "cuda/kernels.h"
 #include "cuda/nccl.h"

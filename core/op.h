@@ -40,7 +40,7 @@ typedef struct smddp_request {
     void *recvbuf;
     size_t count;            /* elements, as the API defines it for this kind */
     smddp_dtype_t dtype;
-    smddp_dtype_t caller_dtype; /* fp16/bf16 while dtype is the fp32 they travel as (net.c) */
+    smddp_dtype_t caller_dtype; /* fp16/bf16 while dtype is the fp32 they travel as (coll/net/) */
     smddp__reduce_spec_t spec;
     int root;                /* root, or peer for send/recv */
     int tag;
@@ -127,7 +127,7 @@ void smddp__op_describe(const smddp__op_t *op, char *buf, size_t cap);
 /*
  * What ranks compare to find that they issued different operations at the
  * same point: published in shared memory (transport/shm.c) and carried by
- * network messages' headers (coll/net.c).
+ * network messages' headers (coll/net/ring.c).
  */
 typedef struct smddp__op_desc {
     uint64_t seq;

@@ -35,7 +35,6 @@
 #include <strings.h>
 
 #include "coll/coll.h"
-#include "coll/net.h"
 #include "cuda/coll_cuda.h"
 #include "cuda/nccl.h"
 #include "select.h"

@@ -1,7 +1,14 @@
 /*
- * The collectives among the ranks of one node, through shared memory: the
- * reductions (allreduce.c) and the data movement (coll.c). The selection
- * (select.c) picks among them for host memory on one node.
+ * The collectives on host memory, one algorithm per file, each file ending
+ * with the algorithm's registry entry:
+ *   shm/   among the ranks of one node, through shared memory;
+ *   net/   across nodes with every rank on the network (flat), and ring.c,
+ *          the blocks every algorithm across nodes is built from;
+ *   hier/  across nodes, shared memory inside each node and the network
+ *          between them (hierarchical).
+ * A file is named <kind>_<algorithm>.c, in hier/ <kind>.c, so that
+ * `ls core/coll/{shm,net,hier}/allreduce*` lists every allreduce. The selection
+ * (select.c) alone chooses among them; exec.c runs the choice.
  */
 #ifndef SMDDP_CORE_COLL_H
 #define SMDDP_CORE_COLL_H
@@ -9,24 +16,6 @@
 #include "../algo.h"
 #include "../param.h"
 #include "../transport/shm.h"
-
-/*
- * Whether [a, a + alen) and [b, b + blen) share no byte. An input that
- * overlaps its output is read in place by peers only in the exact in-place
- * layouts, where no rank writes what a peer reads.
- */
-static inline bool smddp__disjoint(const void *a, size_t alen, const void *b, size_t blen)
-{
-    return (const char *)a + alen <= (const char *)b || (const char *)b + blen <= (const char *)a;
-}
-
-/*
- * Up to this many bytes the low-latency slots beat reading pooled buffers
- * in place (allreduce), and beat the staged broadcast, whose root does not
- * wait (bench/RESULTS.md).
- */
-#define SMDDP_LL_OVER_POOLS_MAX 1024
-#define SMDDP_LL_BROADCAST_MAX 1024
 
 /*
  * The largest allreduce one-shot's range holds: bytes x local ranks / 2 at
@@ -38,12 +27,20 @@ static inline size_t smddp__oneshot_range(smddp_comm_t comm)
     return SMDDP_MIN(by_setting, smddp__shm_half_size(comm));
 }
 
-/* The algorithms, one registry entry each (select.c lists them). */
+/* The registry entries, one per file (select.c lists them). */
 extern const smddp__algo_t smddp__algo_allreduce_ll, smddp__algo_allreduce_oneshot,
     smddp__algo_allreduce_twoshot, smddp__algo_reduce_twoshot,
     smddp__algo_reduce_scatter_twoshot, smddp__algo_broadcast_ll, smddp__algo_broadcast_staged,
     smddp__algo_allgather_ll, smddp__algo_allgather_staged, smddp__algo_gather_staged,
     smddp__algo_scatter_staged, smddp__algo_alltoall_staged, smddp__algo_alltoallv_staged,
     smddp__algo_barrier_ll, smddp__algo_barrier_counters;
+extern const smddp__algo_t smddp__algo_net_allreduce_ring, smddp__algo_net_reduce_ring,
+    smddp__algo_net_reduce_scatter_ring, smddp__algo_net_allgather_ring,
+    smddp__algo_net_broadcast_chain, smddp__algo_net_alltoall_pairwise,
+    smddp__algo_net_alltoallv_pairwise, smddp__algo_net_gather_direct,
+    smddp__algo_net_scatter_direct, smddp__algo_net_barrier_ring;
+extern const smddp__algo_t smddp__algo_hier_allreduce, smddp__algo_hier_allreduce_leader,
+    smddp__algo_hier_reduce, smddp__algo_hier_reduce_leader, smddp__algo_hier_reduce_scatter,
+    smddp__algo_hier_allgather, smddp__algo_hier_broadcast, smddp__algo_hier_barrier;
 
 #endif /* SMDDP_CORE_COLL_H */

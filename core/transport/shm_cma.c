@@ -18,7 +18,7 @@
  * Per op, each rank publishes in its step record the address of its input,
  * or 0 when peers must read it staged; the peers read it after the post
  * that follows, and the rank leaves its input untouched until every peer
- * has ended the step (coll/coll.c).
+ * has ended the step (coll/shm/allgather_staged.c).
  */
 #include <errno.h>
 #include <inttypes.h>

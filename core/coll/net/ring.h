@@ -1,16 +1,16 @@
 /*
  * Building blocks of the collectives across nodes (ring.c), shared by the
- * flat algorithms (net.c) and the hierarchical ones (hier.c).
+ * flat algorithms (coll/net/) and the hierarchical ones (coll/hier/).
  */
 #ifndef SMDDP_CORE_RING_H
 #define SMDDP_CORE_RING_H
 
-#include "../reduce/half.h"
-#include "../reduce/reduce.h"
-#include "../transport/ofi.h"
-#include "../comm.h"
+#include "../../reduce/half.h"
+#include "../../reduce/reduce.h"
+#include "../../transport/ofi.h"
+#include "../../comm.h"
 
-/* The most local sources a fused ring task combines (hier.c's MAX_LOCAL). */
+/* The most local sources a fused ring task combines (coll/hier/'s MAX_LOCAL). */
 #define SMDDP_NET_MAX_FUSE 256
 
 /* A group that a ring or chain runs over: member i is comm rank ranks[i] (NULL: i). */
@@ -93,7 +93,7 @@ smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
                                      uint32_t step0);
 /*
  * The same ring allreduce run in the background of its caller, so that the
- * caller can work on something else (hier.c stages the next round in shared
+ * caller can work on something else (the hierarchical allreduce stages the next round in shared
  * memory) while the network moves this one: start posts the first step,
  * advance (never blocking) completes finished steps and posts the next ones,
  * wait blocks until the last step. The caller drives the completion queue
@@ -148,5 +148,11 @@ smddp_status_t smddp__chain_broadcast(smddp_comm_t comm, const smddp__op_t *op,
 smddp_status_t smddp__net_via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in_count,
                                    size_t out_count,
                                    smddp_status_t (*run)(smddp_comm_t, smddp__op_t *));
+
+/*
+ * Runs algo for op across nodes: registrations of the op's buffers are kept
+ * until it ends, and scratch over the limit is given back after it.
+ */
+smddp_status_t smddp__net_run(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn algo);
 
 #endif /* SMDDP_CORE_RING_H */

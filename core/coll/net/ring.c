@@ -2,9 +2,10 @@
  * The building blocks of the collectives across nodes, over any group of
  * ranks: tagged exchanges, ring reduce-scatter, allgather and allreduce (also
  * as a task that runs in the background of its caller), the pipelined chain
- * broadcast, the scratch kept between ops, and fp16/bf16 through fp32. The
- * flat algorithms (net.c) run them over every rank, the hierarchical ones
- * (hier.c) over one rank of each node.
+ * broadcast, the scratch kept between ops, fp16/bf16 through fp32, and the
+ * runner every algorithm across nodes goes through (smddp__net_run). The flat
+ * algorithms (coll/net/) run them over every rank, the hierarchical ones
+ * (coll/hier/) over one rank of each node.
  *
  * Every transfer's tag is (collective sequence number, what the collective
  * is, step), and receives name their peer, so messages of different
@@ -20,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../param.h"
-#include "../transport/ofi.h"
+#include "../../param.h"
+#include "../../transport/ofi.h"
 #include "ring.h"
 
 /* Pipeline unit of the broadcast chain. */
@@ -410,5 +411,20 @@ smddp_status_t smddp__net_via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in
     uint16_t *out = op->recvbuf;
     for (size_t i = 0; st == SMDDP_OK && i < out_count; i++)
         out[i] = f16 ? smddp__fp32_to_fp16(w[in_count + i]) : smddp__fp32_to_bf16(w[in_count + i]);
+    return st;
+}
+
+smddp_status_t smddp__net_run(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn algo)
+{
+    /* Buffers registered during the op (where the provider needs it) are reused until its end. */
+    smddp__ofi_op_begin(comm, op);
+    uint64_t net0 = comm->net_bytes, shm0 = comm->shm_bytes;
+    smddp_status_t st = algo(comm, op);
+    SMDDP_TRACE("rank %d: seq %llu moved %llu bytes over the network, %llu through shared memory",
+                comm->rank, (unsigned long long)op->seq,
+                (unsigned long long)(comm->net_bytes - net0),
+                (unsigned long long)(comm->shm_bytes - shm0));
+    smddp__ofi_op_end(comm);
+    smddp__net_scratch_trim(comm); /* after op_end: no registration of it is held any more */
     return st;
 }
