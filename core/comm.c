@@ -21,7 +21,7 @@
 #include "topo.h"
 #include "progress.h"
 #include "trace.h"
-#include "transport/ofi.h"
+#include "transport/net.h"
 #include "transport/shm.h"
 #include "transport/watch.h"
 
@@ -50,6 +50,48 @@ static void comm_free(smddp_comm_t comm)
     pthread_mutex_destroy(&comm->stage_lock);
     pthread_cond_destroy(&comm->cond);
     free(comm);
+}
+
+/*
+ * What a communicator holds open, in the order it sets them up; teardown
+ * runs the list backwards, on destroy and on a creation that failed part
+ * way, so every teardown is safe for what was never set up. The CUDA ones
+ * are set up by the first collective that needs them.
+ */
+typedef struct transport {
+    const char *name;
+    bool across_nodes; /* only in a communicator that spans nodes */
+    smddp_status_t (*setup)(smddp_comm_t comm); /* NULL: set up on first use */
+    void (*teardown)(smddp_comm_t comm);
+} transport_t;
+
+static const transport_t transports[] = {
+    {"shared memory", false, smddp__shm_setup, smddp__shm_teardown},
+    {"pools", false, smddp__pool_setup, smddp__pool_teardown}, /* inside the segment */
+    {"cross-memory attach", false, smddp__cma_setup, NULL},
+    {"network", true, smddp__net_open, smddp__net_close}, /* registers the segment */
+    {"CUDA IPC", false, NULL, smddp__cuda_teardown},
+    {"CUDA staging", false, NULL, smddp__cuda_stage_teardown},
+    {"NCCL", false, NULL, smddp__nccl_teardown},
+    {"liveness watch", true, smddp__watch_open, smddp__watch_close}, /* says goodbye first */
+};
+enum { N_TRANSPORTS = sizeof(transports) / sizeof(transports[0]) };
+
+static smddp_status_t transports_setup(smddp_comm_t comm)
+{
+    for (int i = 0; i < N_TRANSPORTS; i++) {
+        const transport_t *t = &transports[i];
+        if (!t->setup || (t->across_nodes && comm->node_count == 1)) continue;
+        SMDDP_TRACE("rank %d: setting up %s", comm->rank, t->name);
+        SMDDP_CHECK(t->setup(comm));
+    }
+    return SMDDP_OK;
+}
+
+static void transports_teardown(smddp_comm_t comm)
+{
+    for (int i = N_TRANSPORTS - 1; i >= 0; i--)
+        if (transports[i].teardown) transports[i].teardown(comm);
 }
 
 /* SMDDP_ALGO, checked against the registry before anything is set up. */
@@ -92,22 +134,17 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     comm->trace = smddp__trace_new();
     SMDDP_CHECK_GOTO(smddp__topo_discover(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__topo_check(comm), st, fail);
-    SMDDP_CHECK_GOTO(smddp__shm_setup(comm), st, fail);
-    SMDDP_CHECK_GOTO(smddp__pool_setup(comm), st, fail_shm);
-    SMDDP_CHECK_GOTO(smddp__cma_setup(comm), st, fail_shm);
+    SMDDP_CHECK_GOTO(transports_setup(comm), st, fail_transports);
     comm->progress = smddp__progress_new(comm);
-    if (comm->node_count > 1) {
-        SMDDP_CHECK_GOTO(smddp__ofi_setup(comm), st, fail_shm);
-        SMDDP_CHECK_GOTO(smddp__watch_open(comm), st, fail_shm);
-    }
-    SMDDP_CHECK_GOTO(smddp__sched_start(comm), st, fail_shm);
+    SMDDP_CHECK_GOTO(smddp__sched_start(comm), st, fail_transports);
     smddp__progress_start_nodes(comm);
 
     atomic_fetch_add(&store->refs, 1);
     SMDDP_INFO("communicator %s: rank %d of %d, local rank %d of %d, %d node(s), transports: "
-               "shm%s%s", comm->prefix, comm->rank, comm->size, comm->local_rank,
-               comm->local_size, comm->node_count, comm->ofi ? ", ofi " : "",
-               comm->ofi ? smddp__ofi_provider(comm) : "");
+               "shm%s%s%s%s", comm->prefix, comm->rank, comm->size, comm->local_rank,
+               comm->local_size, comm->node_count, comm->net ? ", " : "",
+               comm->net ? comm->net->name : "", comm->net ? " " : "",
+               comm->net ? comm->net->provider(comm->net_ep) : "");
     static atomic_int said_nccl_mode;
     if (smddp__params()->comm_backend == SMDDP_BACKEND_NCCL && !atomic_exchange(&said_nccl_mode, 1))
         SMDDP_INFO("SMDDP_COMMUNICATION_BACKEND=nccl: CUDA collectives go through NCCL; "
@@ -115,11 +152,8 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     *out = comm;
     return SMDDP_OK;
 
-fail_shm:
-    smddp__watch_close(comm);
-    smddp__ofi_teardown(comm);
-    smddp__pool_teardown(comm);
-    smddp__shm_teardown(comm);
+fail_transports:
+    transports_teardown(comm);
 fail:
     comm_free(comm);
     return st;
@@ -130,15 +164,10 @@ smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
     smddp__sched_stop(comm);
     smddp__progress_stop_nodes(comm);
     smddp__p2p_stop(comm);
-    /* The threads that look at the watch are gone; the rank watching this one gets a goodbye. */
-    smddp__watch_close(comm);
-    smddp__nccl_teardown(comm);
-    smddp__cuda_stage_teardown(comm);
-    smddp__cuda_teardown(comm);
-    if (comm->ofi) {
+    if (comm->net) {
         uint64_t hits, misses;
         bool registering;
-        smddp__ofi_mr_stats(comm, &hits, &misses, &registering);
+        comm->net->mr_stats(comm->net_ep, &hits, &misses, &registering);
         if (registering)
             SMDDP_INFO("communicator %s: rank %d registered %llu buffer ranges with the network "
                        "and found %llu transfers' buffers already registered", comm->prefix,
@@ -151,10 +180,12 @@ smddp_status_t smddp__comm_destroy(smddp_comm_t comm)
                    (unsigned long long)comm->shm_bytes,
                    (unsigned long long)comm->net_steps_overlapped);
     }
-    /* The network first: its registrations cover the shm segment. */
-    smddp__ofi_teardown(comm);
-    smddp__pool_teardown(comm);
-    smddp__shm_teardown(comm);
+    /*
+     * The threads that look at the watch are gone, so the rank watching this
+     * one gets a goodbye first; the network goes before the shared memory
+     * its registrations cover.
+     */
+    transports_teardown(comm);
     smddp__store_unref(comm->store);
     comm_free(comm);
     return SMDDP_OK;

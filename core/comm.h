@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "op.h"
+#include "pollers.h"
 #include "store/ref.h"
 #include "verdicts.h"
 #include "reduce/reduce.h"
@@ -33,7 +34,7 @@ int64_t smddp__timeout_ms(int64_t requested_ms);
 
 typedef struct smddp__shm smddp__shm_t;
 typedef struct smddp__p2p smddp__p2p_t;
-typedef struct smddp__ofi smddp__ofi_t;
+typedef struct smddp__net_ep smddp__net_ep_t;
 typedef struct smddp__watch smddp__watch_t;
 typedef struct smddp__stage smddp__stage_t;
 
@@ -48,7 +49,7 @@ struct smddp_comm {
     int *node_of;            /* node index of each rank */
     int *node_ranks;         /* [node * local_size + lr]: comm rank of local rank lr of each
                               * node, when every node holds local_size ranks; else NULL */
-    uint64_t net_bytes;      /* bytes this rank sent over the network (ofi) */
+    uint64_t net_bytes;      /* bytes this rank sent over the network in collectives */
     uint64_t net_bytes_local; /* of which to ranks on its own node */
     uint64_t shm_bytes;      /* bytes this rank staged for its node's peers in hierarchical ops */
     uint64_t net_steps_overlapped; /* ring steps of a pipelined allreduce that completed while
@@ -68,19 +69,18 @@ struct smddp_comm {
     smddp__store_ref_t *store;
     smddp__shm_t *shm;
     smddp__p2p_t *p2p;       /* send/recv engine, started on first use */
-    struct smddp__ofi *ofi;  /* network transport, when the comm spans nodes */
-    struct smddp__ofi *ofi_p2p; /* its send/recv endpoint, driven by the p2p thread */
+    /* The network transport (transport/net.h), when the comm spans nodes, and its endpoints. */
+    const struct smddp__net_transport *net;
+    smddp__net_ep_t *net_ep;    /* collectives', driven by the thread that runs them */
+    smddp__net_ep_t *net_p2p;   /* send/recv's, driven by the p2p thread */
     smddp__watch_t *watch;      /* liveness of other nodes' ranks, when the comm spans nodes */
     struct smddp__trace *trace; /* flight recorder (trace.h); NULL when off */
     struct smddp__progress *progress; /* arrivals and lateness (progress.h); NULL on no memory */
     /*
-     * Set by an op that has network transfers in flight while it waits in
-     * shared memory: every shm wait calls it between polls (and sleeps at
-     * most 50 us at a time), so those transfers keep moving. Only the thread
-     * running the op touches it.
+     * What waits drive besides their own transport (pollers.h): registered by
+     * an op with network transfers in flight while it waits in shared memory.
      */
-    smddp_status_t (*pump)(void *arg);
-    void *pump_arg;
+    smddp__pollers_t pollers;
     /*
      * Scratch of the collectives across nodes (smddp__net_scratch), kept
      * between ops; only the thread running an op (exec_lock) touches it.

@@ -24,7 +24,7 @@
  * receive looks at the set-aside messages of its source first.
  *
  * A peer on another node is reached through the communicator's send/recv
- * endpoint (comm->ofi_p2p), which only this thread drives (p2p_net.c): each
+ * endpoint (comm->net_p2p), which only this thread drives (p2p_net.c): each
  * op is posted tagged (message number, user tag), and libfabric matches the
  * exact tag, whatever the order messages come in.
  *
@@ -342,7 +342,7 @@ static bool progress_any(smddp_comm_t comm, smddp_status_t *err)
 {
     smddp__p2p_t *p = comm->p2p;
     bool any = false;
-    smddp_status_t st = smddp__ofi_progress(comm->ofi_p2p);
+    smddp_status_t st = comm->net->progress(comm->net_p2p);
     if (st < 0) {
         *err = st;
         return false;
@@ -529,7 +529,7 @@ static void *p2p_main(void *arg)
                 if (in->hdr_done) break; /* the message is not all here yet */
             }
         }
-        if (err == SMDDP_OK && p->anyq && comm->ofi_p2p && comm->node_count > 1)
+        if (err == SMDDP_OK && p->anyq && comm->net_p2p && comm->node_count > 1)
             moved |= progress_any(comm, &err);
         if (p->remote) moved |= smddp__p2p_net_progress(comm);
         if (p->stalled) smddp__p2p_net_retry(comm);

@@ -2,14 +2,14 @@
  * The send/recv engine's state, shared by its parts (private to core/p2p):
  * p2p.c runs the thread, the FIFOs between ranks of one node and the
  * receives from any rank; p2p_net.c the messages to and from ranks on other
- * nodes, over comm->ofi_p2p; p2p_seq.c the counters per (peer, tag). The functions declared here run on
+ * nodes, over comm->net_p2p; p2p_seq.c the counters per (peer, tag). The functions declared here run on
  * the engine's thread (smddp__p2p_net_free after it has stopped); submit and
  * stop touch the state under its lock.
  */
 #ifndef SMDDP_CORE_P2P_ENGINE_H
 #define SMDDP_CORE_P2P_ENGINE_H
 
-#include "../transport/ofi.h"
+#include "../transport/net.h"
 #include "p2p.h"
 
 /* A message between ranks of a node: this header, then the payload. */
@@ -49,7 +49,7 @@ typedef struct p2p_state {
 
 /* An op posted to the network; a failed receive stays here, cancelled, until libfabric lets go. */
 typedef struct remote {
-    smddp__ofi_xfer_t x;
+    smddp__xfer_t x;
     smddp__op_t *op; /* NULL once the op has been completed */
     int queue;       /* index of its (peer, direction) queue */
     int32_t tag;
@@ -59,7 +59,7 @@ typedef struct remote {
 
 /* A peek for the next message with one tag from one rank on another node. */
 typedef struct peek {
-    smddp__ofi_xfer_t x;
+    smddp__xfer_t x;
     int peer;
     int32_t tag;
     uint64_t seq; /* the message number looked for */

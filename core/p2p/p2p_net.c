@@ -1,7 +1,7 @@
 /*
  * Send/recv with ranks on other nodes, the network half of the send/recv
  * engine (p2p.c has the overview): each op is posted to the communicator's
- * send/recv endpoint (comm->ofi_p2p) tagged (message number of its (peer,
+ * send/recv endpoint (comm->net_p2p) tagged (message number of its (peer,
  * tag), user tag), and matches that exact tag; sends of a tag wait while
  * SMDDP_OFI_MAX_INFLIGHT of that tag to that peer are on the network. Runs
  * on the engine's thread only.
@@ -47,10 +47,10 @@ static bool post_remote(smddp_comm_t comm, smddp__op_t *op)
     size_t bytes = op->count * smddp__dtype_size(op->dtype);
     uint64_t tag = op->seq << 32 | (uint32_t)op->tag;
     st = op->kind == SMDDP_OP_SEND
-             ? smddp__ofi_try_post_on(comm->ofi_p2p, &r->x, 1, op->root, tag, 0,
-                                      (void *)op->sendbuf, bytes)
-             : smddp__ofi_try_post_on(comm->ofi_p2p, &r->x, 0, op->root, tag, 0, op->recvbuf,
-                                      bytes);
+             ? comm->net->post(comm->net_p2p, &r->x, 1, op->root, tag, 0, (void *)op->sendbuf,
+                               bytes, false)
+             : comm->net->post(comm->net_p2p, &r->x, 0, op->root, tag, 0, op->recvbuf, bytes,
+                               false);
     if (st == SMDDP_IN_PROGRESS) {
         free(r);
         return false;
@@ -138,7 +138,7 @@ bool smddp__p2p_net_progress(smddp_comm_t comm)
 {
     smddp__p2p_t *p = comm->p2p;
     bool any = false;
-    smddp_status_t st = smddp__ofi_progress(comm->ofi_p2p);
+    smddp_status_t st = comm->net->progress(comm->net_p2p);
     if (st < 0) {
         /*
          * The completion queue failed: nothing posted can be trusted to finish,
@@ -226,8 +226,8 @@ bool smddp__p2p_net_match(smddp_comm_t comm, int q, int32_t tag, uint64_t *seq,
             *err = smddp__error_quiet(SMDDP_ERR_NO_MEMORY, "cannot allocate send/recv state");
             return false;
         }
-        smddp_status_t st = smddp__ofi_peek_on(comm->ofi_p2p, &pk->x, q,
-                                               pk->seq << 32 | (uint32_t)tag, 0);
+        smddp_status_t st =
+            comm->net->peek(comm->net_p2p, &pk->x, q, pk->seq << 32 | (uint32_t)tag, 0);
         if (st < 0) *err = st;
         pk->busy = st == SMDDP_OK; /* SMDDP_IN_PROGRESS: the endpoint was full, next pass */
         return false;
@@ -322,7 +322,7 @@ void smddp__p2p_net_fail(smddp_comm_t comm, smddp_status_t st, const char *msg)
     while (p->remote) {
         remote_t *r = p->remote;
         p->remote = r->next;
-        smddp__ofi_abandon(comm->ofi_p2p, &r->x);
+        comm->net->abort(comm->net_p2p, &r->x);
         smddp__error_quiet(st, "%s", msg);
         complete_remote(comm, r, st);
         r->next = p->given_up;
@@ -336,7 +336,7 @@ void smddp__p2p_net_free(smddp_comm_t comm)
     /* Transfers still posted (cancelled receives, peeks) go with the endpoint. */
     bool peeking = false;
     for (const peek_t *pk = p->peeks; pk; pk = pk->next) peeking |= pk->busy;
-    if (p->remote || p->given_up || peeking) smddp__ofi_teardown_p2p(comm);
+    if (p->remote || p->given_up || peeking) smddp__net_close_p2p(comm);
     free_remotes(&p->remote);
     free_remotes(&p->given_up);
     while (p->peeks) {

@@ -1,7 +1,10 @@
 /*
- * See ofi.h. Built where libfabric's headers are found; ofi_none.c stands in
- * elsewhere. libfabric itself is opened, and the provider chosen, by
- * ofi_lib.c when a communicator first needs the network.
+ * The network transport on libfabric (transport/net.h's table,
+ * smddp__ofi_transport): one reliable-datagram endpoint with tagged
+ * messages per endpoint of the communicator, each with its own fabric and
+ * domain, peers' addresses exchanged through the store. Built where
+ * libfabric's headers are found; libfabric itself is opened, and the
+ * provider chosen, by ofi_lib.c when a communicator first needs the network.
  */
 #include "ofi.h"
 #include "mr_cache.h"
@@ -26,13 +29,12 @@
 #include <rdma/fi_tagged.h>
 
 #define ADDR_MAX 256
-/* How often a wait looks at the deadline and the abort flag, in CQ polls. */
-#define CHECK_EVERY 1024
+_Static_assert(sizeof(((smddp__xfer_t *)0)->ctx) >= sizeof(struct fi_context2),
+               "smddp__xfer_t.ctx must hold a struct fi_context2");
 
-_Static_assert(sizeof(((smddp__ofi_xfer_t *)0)->ctx) >= sizeof(struct fi_context2),
-               "smddp__ofi_xfer_t.ctx must hold a struct fi_context2");
+typedef struct smddp__net_ep ofi_t;
 
-struct smddp__ofi {
+struct smddp__net_ep {
     struct fi_info *info;
     struct fid_fabric *fabric;
     struct fid_domain *domain;
@@ -44,19 +46,14 @@ struct smddp__ofi {
     bool hmem;        /* the provider can move device memory (FI_HMEM) */
     bool abandoned;   /* a failed op left transfers posted: never read the queue again */
     bool software;    /* a provider that moves data only when polled (tcp, sockets, udp, shm) */
-    struct smddp__ofi *next_left; /* in `left_open`, once abandoned and torn down */
+    ofi_t *next_left;  /* in `left_open`, once abandoned and torn down */
     smddp__mr_cache_t *mr; /* registrations, when the provider needs them (FI_MR_LOCAL) */
     uint64_t mr_keys;      /* the last key chosen (providers without FI_MR_PROV_KEY) */
     smddp_comm_t comm;     /* for the abort flag and the timeout */
     int64_t deadline_ns;   /* of the collective running on this endpoint (0: none) */
 };
 
-bool smddp__ofi_built(void) { return true; }
-
-const char *smddp__ofi_provider(smddp_comm_t comm)
-{
-    return comm->ofi ? comm->ofi->provider : NULL;
-}
+static const char *provider(const ofi_t *o) { return o->provider; }
 
 static smddp_status_t fi_error(int rc, const char *what)
 {
@@ -66,7 +63,7 @@ static smddp_status_t fi_error(int rc, const char *what)
 
 static int mr_reg(void *ctx, void *addr, size_t len, void **handle, void **desc)
 {
-    smddp__ofi_t *o = ctx;
+    ofi_t *o = ctx;
     struct fid_mr *mr = NULL;
     /* Without FI_MR_PROV_KEY the keys are ours to choose, and must differ. */
     uint64_t key = (o->info->domain_attr->mr_mode & FI_MR_PROV_KEY) ? 0 : ++o->mr_keys;
@@ -85,7 +82,7 @@ static void mr_dereg(void *ctx, void *handle)
     fi_close(&((struct fid_mr *)handle)->fid);
 }
 
-static smddp_status_t open_endpoint(smddp__ofi_t *o)
+static smddp_status_t open_endpoint(ofi_t *o)
 {
     int rc;
     SMDDP_CHECK(smddp__ofi_choose_provider(&o->info));
@@ -128,7 +125,7 @@ static smddp_status_t open_endpoint(smddp__ofi_t *o)
 }
 
 /* Publishes this rank's address under channel and inserts every rank's, in rank order. */
-static smddp_status_t exchange_addresses(smddp_comm_t comm, smddp__ofi_t *o, const char *channel)
+static smddp_status_t exchange_addresses(smddp_comm_t comm, ofi_t *o, const char *channel)
 {
     /*
      * Published as "provider\0address": ranks on different providers (say
@@ -179,12 +176,12 @@ static smddp_status_t exchange_addresses(smddp_comm_t comm, smddp__ofi_t *o, con
 /*
  * Endpoints of software providers that a failed collective abandoned, kept
  * open (and reachable, for the leak checker) until the process ends; see
- * smddp__ofi_abandon. One per failed communicator.
+ * abort_xfer. One per failed communicator.
  */
-static smddp__ofi_t *left_open;
+static ofi_t *left_open;
 static pthread_mutex_t left_open_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void instance_close(smddp__ofi_t *o)
+static void instance_close(ofi_t *o)
 {
     if (!o) return;
     if (o->abandoned && o->software && o->ep) {
@@ -209,9 +206,9 @@ static void instance_close(smddp__ofi_t *o)
 }
 
 /* One endpoint with its own fabric and domain, so that two threads never share a domain. */
-static smddp_status_t instance_open(smddp_comm_t comm, const char *channel, smddp__ofi_t **out)
+static smddp_status_t instance_open(smddp_comm_t comm, const char *channel, ofi_t **out)
 {
-    smddp__ofi_t *o = calloc(1, sizeof(*o));
+    ofi_t *o = calloc(1, sizeof(*o));
     if (!o) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the network transport");
     o->comm = comm;
     smddp_status_t st = open_endpoint(o);
@@ -224,80 +221,63 @@ static smddp_status_t instance_open(smddp_comm_t comm, const char *channel, smdd
     return SMDDP_OK;
 }
 
-smddp_status_t smddp__ofi_setup(smddp_comm_t comm)
+static smddp_status_t setup(smddp_comm_t comm, ofi_t **coll, ofi_t **p2p)
 {
     /* Collectives use one endpoint (their thread), send/recv another (the p2p thread). */
-    smddp_status_t st = instance_open(comm, "ofi", &comm->ofi);
-    if (st >= 0) st = instance_open(comm, "ofi-p2p", &comm->ofi_p2p);
+    ofi_t *o = NULL, *o_p2p = NULL;
+    smddp_status_t st = instance_open(comm, "ofi", &o);
+    if (st >= 0) st = instance_open(comm, "ofi-p2p", &o_p2p);
     if (st < 0) {
         char msg[SMDDP_ERRMSG_MAX];
         snprintf(msg, sizeof(msg), "%s", smddp__last_error());
-        smddp__ofi_teardown(comm);
+        instance_close(o);
         return smddp__error(st, "rank %d: network setup failed: %s", comm->rank, msg);
     }
-    if (comm->ofi->mr && comm->shm) {
+    if (o->mr && comm->shm) {
         /* The staging segment is sent from and received into by every hierarchical op. */
         void *base;
         size_t len;
         smddp__shm_segment(comm, &base, &len);
-        st = smddp__mr_cache_add_persistent(comm->ofi->mr, base, len);
+        st = smddp__mr_cache_add_persistent(o->mr, base, len);
         if (st < 0) {
-            smddp__ofi_teardown(comm);
+            instance_close(o);
+            instance_close(o_p2p);
             return st;
         }
     }
     SMDDP_INFO("rank %d: libfabric provider %s, domain %s, device memory (FI_HMEM): %s, "
-               "buffer registration: %s", comm->rank, comm->ofi->provider,
-               comm->ofi->info->domain_attr->name,
-               comm->ofi->hmem ? "yes" : "no (CUDA buffers between nodes go to NCCL)",
-               !comm->ofi->mr ? "not needed"
-               : (comm->ofi->info->domain_attr->mr_mode & FI_MR_LOCAL) ? "cached (FI_MR_LOCAL)"
-                                                                        : "cached (SMDDP_OFI_MR=always)");
+               "buffer registration: %s", comm->rank, o->provider, o->info->domain_attr->name,
+               o->hmem ? "yes" : "no (CUDA buffers between nodes go to NCCL)",
+               !o->mr ? "not needed"
+               : (o->info->domain_attr->mr_mode & FI_MR_LOCAL) ? "cached (FI_MR_LOCAL)"
+                                                                : "cached (SMDDP_OFI_MR=always)");
+    *coll = o;
+    *p2p = o_p2p;
     return SMDDP_OK;
 }
 
-bool smddp__ofi_hmem(smddp_comm_t comm)
+static bool sockaddr_of(ofi_t *o, int rank, struct sockaddr_storage *addr, unsigned *len)
 {
-    return comm->ofi && comm->ofi->hmem;
-}
-
-bool smddp__ofi_sockaddr(smddp_comm_t comm, int rank, struct sockaddr_storage *addr, unsigned *len)
-{
-    smddp__ofi_t *o = comm->ofi;
-    if (!o) return false;
     uint32_t f = o->info->addr_format;
     if (f != FI_SOCKADDR && f != FI_SOCKADDR_IN && f != FI_SOCKADDR_IN6) return false;
     size_t n = sizeof(*addr);
     memset(addr, 0, sizeof(*addr));
-    int rc = rank == comm->rank ? fi_getname(&o->ep->fid, addr, &n)
-                                : fi_av_lookup(o->av, o->addrs[rank], addr, &n);
+    int rc = rank == o->comm->rank ? fi_getname(&o->ep->fid, addr, &n)
+                                   : fi_av_lookup(o->av, o->addrs[rank], addr, &n);
     if (rc != 0 || n > sizeof(*addr)) return false;
     if (addr->ss_family != AF_INET && addr->ss_family != AF_INET6) return false;
     *len = (unsigned)n;
     return true;
 }
 
-void smddp__ofi_teardown(smddp_comm_t comm)
+static void unpin(ofi_t *o, smddp__xfer_t *x)
 {
-    instance_close(comm->ofi);
-    comm->ofi = NULL;
-    smddp__ofi_teardown_p2p(comm);
+    if (!x->pin) return;
+    smddp__mr_cache_put(o->mr, x->pin);
+    x->pin = NULL;
 }
 
-void smddp__ofi_teardown_p2p(smddp_comm_t comm)
-{
-    instance_close(comm->ofi_p2p);
-    comm->ofi_p2p = NULL;
-}
-
-static void unpin(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
-{
-    if (!x->mr) return;
-    smddp__mr_cache_put(o->mr, x->mr);
-    x->mr = NULL;
-}
-
-smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
+static smddp_status_t progress(ofi_t *o)
 {
     if (o->abandoned)
         return smddp__error(SMDDP_ERR_ABORTED, "the network endpoint was abandoned by a failed "
@@ -306,7 +286,7 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
     ssize_t n = fi_cq_read(o->cq, entries, 16);
     if (n > 0) {
         for (ssize_t i = 0; i < n; i++) {
-            smddp__ofi_xfer_t *x = entries[i].op_context;
+            smddp__xfer_t *x = entries[i].op_context;
             x->status = SMDDP_OK;
             x->tag = entries[i].tag;
             x->received = entries[i].len;
@@ -319,7 +299,7 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
     if (n != -FI_EAVAIL) return fi_error((int)n, "reading the completion queue");
     struct fi_cq_err_entry err = {0};
     if (fi_cq_readerr(o->cq, &err, 0) < 1) return SMDDP_OK;
-    smddp__ofi_xfer_t *x = err.op_context;
+    smddp__xfer_t *x = err.op_context;
     char detail[256] = "";
     if (err.prov_errno)
         snprintf(detail, sizeof(detail), " (%s)",
@@ -350,10 +330,8 @@ smddp_status_t smddp__ofi_progress(smddp__ofi_t *o)
                         smddp__fab_strerror(err.err), detail);
 }
 
-static smddp_status_t progress(smddp_comm_t comm) { return smddp__ofi_progress(comm->ofi); }
-
 /* Between retries of a post the endpoint refused: yields the core, then gives up at the deadline. */
-static smddp_status_t post_retry_check(smddp__ofi_t *o, int peer, int is_send, size_t len,
+static smddp_status_t post_retry_check(ofi_t *o, int peer, int is_send, size_t len,
                                        int64_t *start, int64_t *deadline)
 {
     smddp_comm_t comm = o->comm;
@@ -381,7 +359,7 @@ static smddp_status_t post_retry_check(smddp__ofi_t *o, int peer, int is_send, s
     return SMDDP_OK;
 }
 
-static smddp_status_t post(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
+static smddp_status_t post(ofi_t *o, smddp__xfer_t *x, int is_send, int peer,
                            uint64_t tag, uint64_t ignore, void *buf, size_t len, bool wait)
 {
     memset(x, 0, sizeof(*x));
@@ -394,8 +372,10 @@ static smddp_status_t post(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, i
     void *desc = NULL;
     /* A zero-length transfer needs no registration (its buffer may be NULL). */
     if (o->mr && len > 0) {
-        SMDDP_CHECK(smddp__mr_cache_get(o->mr, buf, len, &x->mr));
-        desc = smddp__mr_desc(x->mr);
+        struct smddp__mr_entry *pin;
+        SMDDP_CHECK(smddp__mr_cache_get(o->mr, buf, len, &pin));
+        x->pin = pin;
+        desc = smddp__mr_desc(pin);
     }
     /*
      * -FI_EAGAIN: the endpoint is full, or (rxm) the connection to the peer is
@@ -414,7 +394,7 @@ static smddp_status_t post(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, i
                                 "%d failed: %s", is_send ? "send" : "receive", len,
                                 is_send ? "to" : "from", peer, smddp__fab_strerror((int)-rc));
         }
-        smddp_status_t st = smddp__ofi_progress(o);
+        smddp_status_t st = progress(o);
         if (st == SMDDP_OK && !wait && i > 0) st = SMDDP_IN_PROGRESS;
         if (st == SMDDP_OK && i % 64 == 63) st = post_retry_check(o, peer, is_send, len, &start,
                                                                   &deadline);
@@ -425,21 +405,7 @@ static smddp_status_t post(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, i
     }
 }
 
-smddp_status_t smddp__ofi_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send, int peer,
-                                  uint64_t tag, uint64_t ignore, void *buf, size_t len)
-{
-    return post(o, x, is_send, peer, tag, ignore, buf, len, true);
-}
-
-smddp_status_t smddp__ofi_try_post_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int is_send,
-                                      int peer, uint64_t tag, uint64_t ignore, void *buf,
-                                      size_t len)
-{
-    return post(o, x, is_send, peer, tag, ignore, buf, len, false);
-}
-
-smddp_status_t smddp__ofi_peek_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int peer, uint64_t tag,
-                                  uint64_t ignore)
+static smddp_status_t peek(ofi_t *o, smddp__xfer_t *x, int peer, uint64_t tag, uint64_t ignore)
 {
     memset(x, 0, sizeof(*x));
     x->peer = peer;
@@ -459,7 +425,7 @@ smddp_status_t smddp__ofi_peek_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int pee
     ssize_t rc = fi_trecvmsg(o->ep, &msg, FI_PEEK | FI_COMPLETION);
     if (rc == -FI_EAGAIN) {
         /* Full: completing what it holds makes room for the caller's next try. */
-        SMDDP_CHECK(smddp__ofi_progress(o));
+        SMDDP_CHECK(progress(o));
         return SMDDP_IN_PROGRESS;
     }
     if (rc != 0)
@@ -468,7 +434,7 @@ smddp_status_t smddp__ofi_peek_on(smddp__ofi_t *o, smddp__ofi_xfer_t *x, int pee
     return SMDDP_OK;
 }
 
-void smddp__ofi_abandon(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
+static void abort_xfer(ofi_t *o, smddp__xfer_t *x)
 {
     if (!o || x->done || !o->ep) return;
     /*
@@ -497,103 +463,38 @@ void smddp__ofi_abandon(smddp__ofi_t *o, smddp__ofi_xfer_t *x)
     o->ep = NULL;
 }
 
-smddp_status_t smddp__ofi_post(smddp_comm_t comm, smddp__ofi_xfer_t *x, int is_send, int peer,
-                               uint64_t tag, void *buf, size_t len)
+static void op_begin(ofi_t *o, int64_t deadline_ns)
 {
-    return smddp__ofi_post_on(comm->ofi, x, is_send, peer, tag, 0, buf, len);
+    o->deadline_ns = deadline_ns;
+    if (o->mr) smddp__mr_cache_hold(o->mr);
 }
 
-smddp_status_t smddp__ofi_wait_until(smddp_comm_t comm, const smddp__op_t *op,
-                                     smddp__ofi_poll_fn poll, void *arg)
+static void op_end(ofi_t *o)
 {
-    /*
-     * The provider progresses only when polled, so keep polling, but like the
-     * shared-memory waits spin, then yield, then sleep between polls: when
-     * ranks outnumber cores, a polling rank must not keep a core from a rank
-     * that has work (4 ranks polling on 2 cores made a 1 MiB allreduce 35x
-     * slower).
-     */
-    int64_t spin_ns = 50 * 1000, yield_ns = 2 * 1000 * 1000;
-    if (comm->shm) smddp__shm_wait_policy(comm, &spin_ns, &yield_ns);
-    int64_t start = smddp__now_ns(), idle = 0;
-    for (unsigned i = 1;; i++) {
-        smddp__ofi_blame_t blame = {-1, 0};
-        smddp_status_t st = poll(arg, &blame);
-        if (st != SMDDP_IN_PROGRESS) return st;
-        if (i % 64 == 0) idle = smddp__now_ns() - start;
-        if (idle > spin_ns + yield_ns) {
-            struct timespec ts = {0, 50 * 1000};
-            nanosleep(&ts, NULL);
-        } else if (idle > spin_ns) {
-            sched_yield();
-        }
-        if (i % CHECK_EVERY) continue;
-        char desc[256];
-        if (smddp__comm_poll_abort(comm, smddp__now_ns(), blame.peer)) {
-            smddp__op_describe(op, desc, sizeof(desc));
-            return smddp__error_quiet(SMDDP_ERR_ABORTED, "%s failed: communicator aborted: %s",
-                                      desc, comm->abort_msg);
-        }
-        if (op->deadline_ns && smddp__now_ns() >= op->deadline_ns) {
-            smddp__op_describe(op, desc, sizeof(desc));
-            return smddp__error_quiet(SMDDP_ERR_TIMEOUT,
-                                      "%s timed out after %.3f s: rank %d did not %s", desc,
-                                      (double)smddp__op_timeout_ms(comm, op) / 1000.0, blame.peer,
-                                      blame.is_send ? "receive it" : "send it");
-        }
-    }
+    o->deadline_ns = 0;
+    if (o->mr) smddp__mr_cache_release(o->mr);
 }
 
-smddp_status_t smddp__ofi_xfer_status(const smddp__op_t *op, const smddp__ofi_xfer_t *x)
-{
-    if (x->status >= 0) return SMDDP_OK;
-    char desc[256];
-    smddp__op_describe(op, desc, sizeof(desc));
-    return smddp__error_quiet(x->status, "%s failed: %s", desc, x->err);
-}
-
-typedef struct xfer_wait {
-    smddp_comm_t comm;
-    smddp__ofi_xfer_t *x;
-} xfer_wait_t;
-
-static smddp_status_t poll_xfer(void *arg, smddp__ofi_blame_t *blame)
-{
-    xfer_wait_t *w = arg;
-    if (!w->x->done) SMDDP_CHECK(progress(w->comm));
-    if (w->x->done) return SMDDP_OK;
-    blame->peer = w->x->peer;
-    blame->is_send = w->x->is_send;
-    return SMDDP_IN_PROGRESS;
-}
-
-smddp_status_t smddp__ofi_wait(smddp_comm_t comm, const smddp__op_t *op, smddp__ofi_xfer_t *x)
-{
-    xfer_wait_t w = {comm, x};
-    SMDDP_CHECK(smddp__ofi_wait_until(comm, op, poll_xfer, &w));
-    return smddp__ofi_xfer_status(op, x);
-}
-
-void smddp__ofi_op_begin(smddp_comm_t comm, const smddp__op_t *op)
-{
-    if (!comm->ofi) return;
-    comm->ofi->deadline_ns = op->deadline_ns;
-    if (comm->ofi->mr) smddp__mr_cache_hold(comm->ofi->mr);
-}
-
-void smddp__ofi_op_end(smddp_comm_t comm)
-{
-    if (!comm->ofi) return;
-    comm->ofi->deadline_ns = 0;
-    if (comm->ofi->mr) smddp__mr_cache_release(comm->ofi->mr);
-}
-
-void smddp__ofi_mr_stats(smddp_comm_t comm, uint64_t *hits, uint64_t *misses, bool *registering)
+static void mr_stats(const ofi_t *o, uint64_t *hits, uint64_t *misses, bool *registering)
 {
     smddp__mr_stats_t st = {0};
-    *registering = comm->ofi && comm->ofi->mr;
-    if (*registering) st = smddp__mr_cache_stats(comm->ofi->mr);
+    *registering = o->mr != NULL;
+    if (*registering) st = smddp__mr_cache_stats(o->mr);
     *hits = st.hits;
     *misses = st.misses;
 }
 
+const smddp__net_transport_t smddp__ofi_transport = {
+    .name = "ofi",
+    .setup = setup,
+    .teardown = instance_close,
+    .progress = progress,
+    .abort = abort_xfer,
+    .post = post,
+    .peek = peek,
+    .op_begin = op_begin,
+    .op_end = op_end,
+    .mr_stats = mr_stats,
+    .provider = provider,
+    .sockaddr = sockaddr_of,
+};

@@ -367,7 +367,7 @@ smddp_status_t smddp__shm_wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic
             smddp__cpu_relax();
             if (ready(s, arg)) return SMDDP_OK;
         }
-        if (comm->pump) SMDDP_CHECK(comm->pump(comm->pump_arg));
+        if (comm->pollers.n) SMDDP_CHECK(smddp__pollers_run(&comm->pollers));
         if (atomic_load_explicit(&s->hdr->abort_flag, memory_order_relaxed)) break;
         now = smddp__now_ns();
         iter++;
@@ -375,7 +375,7 @@ smddp_status_t smddp__shm_wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic
     while (now - start < s->spin_ns + s->yield_ns) {
         sched_yield();
         if (ready(s, arg)) return SMDDP_OK;
-        if (comm->pump) SMDDP_CHECK(comm->pump(comm->pump_arg));
+        if (comm->pollers.n) SMDDP_CHECK(smddp__pollers_run(&comm->pollers));
         if (atomic_load_explicit(&s->hdr->abort_flag, memory_order_relaxed)) break;
         now = smddp__now_ns();
     }
@@ -384,8 +384,8 @@ smddp_status_t smddp__shm_wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic
     int64_t last_check = 0;
     for (;;) {
         if (ready(s, arg)) return SMDDP_OK;
-        if (comm->pump) {
-            SMDDP_CHECK(comm->pump(comm->pump_arg));
+        if (comm->pollers.n) {
+            SMDDP_CHECK(smddp__pollers_run(&comm->pollers));
             if (ready(s, arg)) return SMDDP_OK;
         }
         uint32_t flag = atomic_load(&s->hdr->abort_flag);
@@ -433,7 +433,7 @@ smddp_status_t smddp__shm_wait_until(smddp_comm_t comm, smddp__op_t *op, _Atomic
                                       blame >= 0 ? comm->local_ranks[blame] : -1, what);
         }
         /* Transfers in flight progress only when polled: sleep briefly between polls. */
-        int64_t sleep_ns = comm->pump ? 50 * 1000 : SLICE_NS;
+        int64_t sleep_ns = comm->pollers.n ? 50 * 1000 : SLICE_NS;
         if (op->deadline_ns && op->deadline_ns - now < sleep_ns) sleep_ns = op->deadline_ns - now;
         if (sleep_ns < 1000) sleep_ns = 1000;
         struct timespec ts = {sleep_ns / 1000000000, sleep_ns % 1000000000};

@@ -52,7 +52,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "ofi.h"
+#include "net.h"
 #include "watch.h"
 
 #define CONNECT_WAIT_MS 2000
@@ -212,7 +212,7 @@ smddp_status_t smddp__watch_open(smddp_comm_t comm)
         unsigned n;
         peers[r].fd = -1;
         if ((r == comm->rank || r == next || comm->node_of[r] != comm->node) &&
-            smddp__ofi_sockaddr(comm, r, &a, &n) && n <= sizeof(peers[r].addr)) {
+            comm->net->sockaddr(comm->net_ep, r, &a, &n) && n <= sizeof(peers[r].addr)) {
             memcpy(&peers[r].addr, &a, n);
             peers[r].addr_len = n;
         }

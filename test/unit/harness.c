@@ -21,7 +21,7 @@
 #include "comm.h"
 #include "param.h"
 #include "progress_nodes.h"
-#include "transport/ofi.h"
+#include "transport/net.h"
 #include "store/store.h"
 
 int harness_store_port;
@@ -118,7 +118,7 @@ int harness_run(int nranks, harness_fn_t fn, void *arg, harness_opts_t *opts)
     if (!opts) opts = &defaults;
 #ifdef HARNESS_WITH_CMOCKA
     /* Fake nodes talk through libfabric: a build without it skips the test, and says why. */
-    if (opts->ranks_per_node > 0 && opts->ranks_per_node < nranks && !smddp__ofi_built()) {
+    if (opts->ranks_per_node > 0 && opts->ranks_per_node < nranks && !smddp__net_transport()) {
         print_message("skipped: %d ranks on %d nodes need libfabric, and this build has none\n",
                       nranks, (nranks + opts->ranks_per_node - 1) / opts->ranks_per_node);
         skip();

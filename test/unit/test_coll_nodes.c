@@ -21,7 +21,7 @@
 #include "coll_ranks.h"
 #include "comm.h"
 #include "reduce/half.h"
-#include "transport/ofi.h"
+#include "transport/net.h"
 
 static void test_nodes_half_accuracy_3x2(void **state) { (void)state; run_nodes(6, 2, half_accuracy_rank); }
 
@@ -57,7 +57,7 @@ static void traffic_rank(smddp_comm_t comm, int rank, int size, void *arg)
         /* Registration forced: the staging segment and the rings' reused blocks hit. */
         uint64_t hits, misses;
         bool registering;
-        smddp__ofi_mr_stats(comm, &hits, &misses, &registering);
+        comm->net->mr_stats(comm->net_ep, &hits, &misses, &registering);
         H_CHECK(registering && hits > misses, "rank %d: %s, %llu registrations, %llu hits", rank,
                 registering ? "registering" : "not registering", (unsigned long long)misses,
                 (unsigned long long)hits);

@@ -33,7 +33,7 @@
 #include "harness.h"
 #include "param.h"
 #include "store/store.h"
-#include "transport/ofi.h"
+#include "transport/net.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -1331,7 +1331,7 @@ static void two_nodes_fn(smddp_comm_t unused, int rank, int size, void *arg)
     smddp_status_t st = harness_try_comm(rank, size, "nodes", -1, &comm);
     const char *msg = smddp_get_last_error(NULL);
     H_STATUS(st, SMDDP_ERR_NOT_SUPPORTED);
-    if (!smddp__ofi_built()) {
+    if (!smddp__net_transport()) {
         /* Built without libfabric: it says so, whatever the provider. */
         H_HAS(msg, "built without libfabric");
         return;

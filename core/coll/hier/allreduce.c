@@ -21,9 +21,9 @@
  * Allreduce's rounds are pipelined two deep: round r's ring runs on the
  * network while this rank stages round r + 1 in the other shared-memory half,
  * and every wait in between (shared memory or network) keeps both rings
- * moving through comm->pump. Copies and reductions go in slices of PUMP_SLICE
- * bytes with a pump between slices, so a ring step that completes is
- * followed at once by the next one.
+ * moving through a poller (pollers.h). Copies and reductions go in slices of
+ * PUMP_SLICE bytes with a pump between slices, so a ring step that
+ * completes is followed at once by the next one.
  */
 #define PUMP_SLICE (256u << 10)
 
@@ -45,7 +45,7 @@ typedef struct ar_pipe {
 static smddp_status_t pump_rings(void *arg)
 {
     ar_pipe_t *p = arg;
-    SMDDP_CHECK(smddp__ofi_progress(p->comm->ofi));
+    SMDDP_CHECK(p->comm->net->progress(p->comm->net_ep));
     for (int i = 0; i < 2; i++) {
         smddp__ring_task_t *t = &p->r[i].task;
         if (!p->r[i].ring_active) continue;
@@ -56,10 +56,7 @@ static smddp_status_t pump_rings(void *arg)
     return SMDDP_OK;
 }
 
-static smddp_status_t pump(smddp_comm_t comm)
-{
-    return comm->pump ? comm->pump(comm->pump_arg) : SMDDP_OK;
-}
+static smddp_status_t pump(smddp_comm_t comm) { return smddp__pollers_run(&comm->pollers); }
 
 /* memcpy (or smddp__copy when stream) in slices, pumping between them. */
 static smddp_status_t copy_pumped(smddp_comm_t comm, char *dst, const char *src, size_t bytes,
@@ -146,8 +143,11 @@ smddp_status_t smddp__hier_allreduce_k(smddp_comm_t comm, smddp__op_t *op, int k
         smddp__hier_free(&pipe.r[0].hr);
         return st;
     }
-    comm->pump = pump_rings;
-    comm->pump_arg = &pipe;
+    if ((st = smddp__poller_add(&comm->pollers, pump_rings, &pipe)) != SMDDP_OK) {
+        smddp__hier_free(&pipe.r[0].hr);
+        smddp__hier_free(&pipe.r[1].hr);
+        return st;
+    }
     ar_round_t *prev = NULL;
     uint32_t round = 0;
     for (size_t base = 0; base < op->count && st == SMDDP_OK; base += round_elems, round++) {
@@ -193,8 +193,7 @@ smddp_status_t smddp__hier_allreduce_k(smddp_comm_t comm, smddp__op_t *op, int k
         prev = R;
     }
     if (st == SMDDP_OK && prev) st = finish_round(comm, op, &pipe, prev, k, stream);
-    comm->pump = NULL;
-    comm->pump_arg = NULL;
+    smddp__poller_remove(&comm->pollers, pump_rings, &pipe);
     for (int i = 0; i < 2; i++) {
         /* After a failure: transfers still posted must never land in this stack. */
         if (pipe.r[i].ring_active) smddp__ring_task_abandon(&pipe.r[i].task);

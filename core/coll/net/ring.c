@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "../../param.h"
-#include "../../transport/ofi.h"
+#include "../../transport/net.h"
 #include "ring.h"
 
 /* Pipeline unit of the broadcast chain. */
@@ -67,10 +67,11 @@ static uint64_t tag_of(const smddp__op_t *op, uint32_t step)
 }
 
 /* Posts a receive of step's message from rank from, whatever collective the sender issued. */
-static smddp_status_t post_recv(smddp_comm_t comm, const smddp__op_t *op, smddp__ofi_xfer_t *x,
+static smddp_status_t post_recv(smddp_comm_t comm, const smddp__op_t *op, smddp__xfer_t *x,
                                 int from, uint32_t step, void *buf, size_t len)
 {
-    return smddp__ofi_post_on(comm->ofi, x, 0, from, tag_of(op, step), TAG_WHAT_MASK, buf, len);
+    return comm->net->post(comm->net_ep, x, 0, from, tag_of(op, step), TAG_WHAT_MASK, buf, len,
+                           true);
 }
 
 /* A received message must come from the same collective as op. */
@@ -107,18 +108,18 @@ smddp_status_t smddp__net_exchange(smddp_comm_t comm, const smddp__op_t *op, uin
                                    int to, const void *sbuf, size_t slen, int from, void *rbuf,
                                    size_t rlen)
 {
-    smddp__ofi_xfer_t rx, tx;
+    smddp__xfer_t rx, tx;
     uint64_t tag = tag_of(op, step);
     rx.done = tx.done = 1;
     smddp_status_t st = SMDDP_OK;
     if (from >= 0) st = post_recv(comm, op, &rx, from, step, rbuf, rlen);
-    if (st == SMDDP_OK && to >= 0) st = smddp__ofi_post(comm, &tx, 1, to, tag, (void *)sbuf, slen);
-    if (st == SMDDP_OK && to >= 0) st = smddp__ofi_wait(comm, op, &tx);
-    if (st == SMDDP_OK && from >= 0) st = smddp__ofi_wait(comm, op, &rx);
+    if (st == SMDDP_OK && to >= 0) st = smddp__xfer_post(comm, &tx, 1, to, tag, (void *)sbuf, slen);
+    if (st == SMDDP_OK && to >= 0) st = smddp__xfer_wait(comm, op, &tx);
+    if (st == SMDDP_OK && from >= 0) st = smddp__xfer_wait(comm, op, &rx);
     if (st != SMDDP_OK) {
         /* rx and tx live on this stack: nothing may complete into them later. */
-        smddp__ofi_abandon(comm->ofi, &rx);
-        smddp__ofi_abandon(comm->ofi, &tx);
+        comm->net->abort(comm->net_ep, &rx);
+        comm->net->abort(comm->net_ep, &tx);
         return st;
     }
     if (from >= 0) SMDDP_CHECK(check_what(op, from, rx.tag));
@@ -288,8 +289,8 @@ smddp_status_t smddp__ring_task_advance(smddp__ring_task_t *t)
         if (t->posted) {
             if (!t->rx.done || !t->tx.done) return SMDDP_OK;
             t->posted = false;
-            SMDDP_CHECK(smddp__ofi_xfer_status(t->op, &t->tx));
-            SMDDP_CHECK(smddp__ofi_xfer_status(t->op, &t->rx));
+            SMDDP_CHECK(smddp__xfer_status(t->op, &t->tx));
+            SMDDP_CHECK(smddp__xfer_status(t->op, &t->rx));
             SMDDP_CHECK(check_what(t->op, prev, t->rx.tag));
             SMDDP_CHECK(check_block(t->op, prev, t->rx.received, t->len[rb] * es));
             count_sent(comm, next, t->len[sb] * es);
@@ -320,7 +321,7 @@ smddp_status_t smddp__ring_task_advance(smddp__ring_task_t *t)
                               t->len[rb] * es));
         t->posted = true; /* from here on rx may complete: cancel must see it */
         smddp_status_t st =
-            smddp__ofi_post(comm, &t->tx, 1, next, tag, t->buf + t->off[sb] * es, t->len[sb] * es);
+            smddp__xfer_post(comm, &t->tx, 1, next, tag, t->buf + t->off[sb] * es, t->len[sb] * es);
         if (st != SMDDP_OK) {
             t->tx.done = 1;
             return st;
@@ -329,18 +330,18 @@ smddp_status_t smddp__ring_task_advance(smddp__ring_task_t *t)
     return SMDDP_OK;
 }
 
-static smddp_status_t poll_task(void *arg, smddp__ofi_blame_t *blame)
+static smddp_status_t poll_task(void *arg, smddp__xfer_blame_t *blame)
 {
     smddp__ring_task_t *t = arg;
     smddp_comm_t comm = t->comm;
-    if (comm->pump) {
-        SMDDP_CHECK(comm->pump(comm->pump_arg));
+    if (comm->pollers.n) {
+        SMDDP_CHECK(smddp__pollers_run(&comm->pollers)); /* they advance t too */
     } else {
-        SMDDP_CHECK(smddp__ofi_progress(comm->ofi));
+        SMDDP_CHECK(comm->net->progress(comm->net_ep));
         SMDDP_CHECK(smddp__ring_task_advance(t));
     }
     if (t->done) return SMDDP_OK;
-    const smddp__ofi_xfer_t *x = t->rx.done ? &t->tx : &t->rx;
+    const smddp__xfer_t *x = t->rx.done ? &t->tx : &t->rx;
     blame->peer = x->peer;
     blame->is_send = x->is_send;
     return SMDDP_IN_PROGRESS;
@@ -349,7 +350,7 @@ static smddp_status_t poll_task(void *arg, smddp__ofi_blame_t *blame)
 smddp_status_t smddp__ring_task_wait(smddp__ring_task_t *t)
 {
     if (t->done) return SMDDP_OK;
-    return smddp__ofi_wait_until(t->comm, t->op, poll_task, t);
+    return smddp__xfer_wait_until(t->comm, t->op, poll_task, t);
 }
 
 smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
@@ -368,8 +369,8 @@ smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
 void smddp__ring_task_abandon(smddp__ring_task_t *t)
 {
     if (!t->posted) return;
-    smddp__ofi_abandon(t->comm->ofi, &t->rx);
-    smddp__ofi_abandon(t->comm->ofi, &t->tx);
+    t->comm->net->abort(t->comm->net_ep, &t->rx);
+    t->comm->net->abort(t->comm->net_ep, &t->tx);
 }
 
 smddp_status_t smddp__chain_broadcast(smddp_comm_t comm, const smddp__op_t *op,
@@ -417,14 +418,14 @@ smddp_status_t smddp__net_via_fp32(smddp_comm_t comm, smddp__op_t *op, size_t in
 smddp_status_t smddp__net_run(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn algo)
 {
     /* Buffers registered during the op (where the provider needs it) are reused until its end. */
-    smddp__ofi_op_begin(comm, op);
+    comm->net->op_begin(comm->net_ep, op->deadline_ns);
     uint64_t net0 = comm->net_bytes, shm0 = comm->shm_bytes;
     smddp_status_t st = algo(comm, op);
     SMDDP_TRACE("rank %d: seq %llu moved %llu bytes over the network, %llu through shared memory",
                 comm->rank, (unsigned long long)op->seq,
                 (unsigned long long)(comm->net_bytes - net0),
                 (unsigned long long)(comm->shm_bytes - shm0));
-    smddp__ofi_op_end(comm);
+    comm->net->op_end(comm->net_ep);
     smddp__net_scratch_trim(comm); /* after op_end: no registration of it is held any more */
     return st;
 }

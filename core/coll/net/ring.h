@@ -7,7 +7,7 @@
 
 #include "../../reduce/half.h"
 #include "../../reduce/reduce.h"
-#include "../../transport/ofi.h"
+#include "../../transport/net.h"
 #include "../../comm.h"
 
 /* The most local sources a fused ring task combines (coll/hier/'s MAX_LOCAL). */
@@ -85,7 +85,7 @@ smddp_status_t smddp__ring_allgather(smddp_comm_t comm, const smddp__op_t *op,
  * final division: the caller does those). off and len are scratch for the
  * block table (g->p entries each); tmp holds n / p + 1 elements. Uses steps
  * step0 .. step0 + 2p - 3. It is the ring task below, started and waited for,
- * so it must not run while comm->pump is set.
+ * so it must not run while pollers are registered (pollers.h).
  */
 smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
                                      const smddp__ring_t *g, const smddp__reduce_spec_t *spec,
@@ -93,12 +93,13 @@ smddp_status_t smddp__ring_allreduce(smddp_comm_t comm, const smddp__op_t *op,
                                      uint32_t step0);
 /*
  * The same ring allreduce run in the background of its caller, so that the
- * caller can work on something else (the hierarchical allreduce stages the next round in shared
- * memory) while the network moves this one: start posts the first step,
- * advance (never blocking) completes finished steps and posts the next ones,
- * wait blocks until the last step. The caller drives the completion queue
- * (smddp__ofi_progress) before advance; wait drives it through comm->pump
- * when set, so every task of the op moves while it waits for one. Uses steps
+ * caller can work on something else (the hierarchical allreduce stages the
+ * next round in shared memory) while the network moves this one: start
+ * posts the first step, advance (never blocking) completes finished steps
+ * and posts the next ones, wait blocks until the last step. The caller
+ * drives the transport (comm->net->progress) before advance; wait drives it
+ * through the registered pollers (pollers.h) when there are any, so every task
+ * of the op moves while it waits for one. Uses steps
  * step0 .. step0 + 2p - 3; buf, off, len and tmp as above, until done.
  */
 typedef struct smddp__ring_task {
@@ -113,7 +114,7 @@ typedef struct smddp__ring_task {
     uint32_t step0;
     int s, nsteps;
     bool posted, done;
-    smddp__ofi_xfer_t rx, tx;
+    smddp__xfer_t rx, tx;
 } smddp__ring_task_t;
 
 smddp_status_t smddp__ring_task_start(smddp__ring_task_t *t, smddp_comm_t comm,
@@ -133,7 +134,7 @@ smddp_status_t smddp__ring_task_start(smddp__ring_task_t *t, smddp_comm_t comm,
 int smddp__ring_task_first(const smddp__ring_t *g);
 smddp_status_t smddp__ring_task_advance(smddp__ring_task_t *t);
 smddp_status_t smddp__ring_task_wait(smddp__ring_task_t *t);
-/* After a failure: drops t's posted transfers for good (smddp__ofi_abandon). */
+/* After a failure: drops t's posted transfers for good (the transport's abort). */
 void smddp__ring_task_abandon(smddp__ring_task_t *t);
 
 /* Chain broadcast of bytes from member root, pipelined in 1 MiB steps from step0. */
