@@ -15,7 +15,8 @@
  *
  * busbw uses nccl-tests' factors: allreduce 2(n-1)/n; allgather and
  * reduce_scatter (n-1)/n with bytes = the whole gathered array; alltoall
- * (n-1)/n; broadcast 1. Time is the slowest rank's mean per iteration.
+ * (n-1)/n; broadcast and reduce (to rank 0) 1. Time is the slowest rank's
+ * mean per iteration.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -42,9 +43,16 @@
 #include "spawn.h"
 #endif
 
-typedef enum { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BROADCAST, OP_ALLTOALL } bench_op_t;
+typedef enum {
+    OP_ALLREDUCE,
+    OP_ALLGATHER,
+    OP_REDUCE_SCATTER,
+    OP_BROADCAST,
+    OP_ALLTOALL,
+    OP_REDUCE
+} bench_op_t;
 static const char *const op_names[] = {"allreduce", "allgather", "reduce_scatter", "broadcast",
-                                       "alltoall"};
+                                       "alltoall",  "reduce"};
 
 typedef struct bench_args {
     bench_op_t op;
@@ -119,7 +127,8 @@ static smddp_op_t parse_redop(const char *s)
 static void usage(void)
 {
     printf("usage: smddp_bench [options]\n"
-           "  -o, --op NAME        allreduce | allgather | reduce_scatter | broadcast | alltoall\n"
+           "  -o, --op NAME        allreduce | allgather | reduce_scatter | broadcast | alltoall |\n"
+           "                       reduce (to rank 0)\n"
            "  -d, --datatype T     int8 uint8 int32 int64 float16 bfloat16 float32 (default) float64\n"
            "  -r, --redop OP       sum (default) prod min max avg premul_sum band bor bxor\n"
            "  -b, --minbytes N     smallest size (default 8)\n"
@@ -154,11 +163,11 @@ static void parse_args(int argc, char **argv, bench_args_t *a)
         switch (c) {
         case 'o': {
             int found = -1;
-            for (int i = 0; i < 5; i++)
+            for (int i = 0; i < (int)(sizeof(op_names) / sizeof(op_names[0])); i++)
                 if (!strcasecmp(optarg, op_names[i])) found = i;
             if (found < 0)
                 die("unknown collective \"%s\"; accepted: allreduce allgather reduce_scatter "
-                    "broadcast alltoall", optarg);
+                    "broadcast alltoall reduce", optarg);
             a->op = (bench_op_t)found;
             break;
         }
@@ -243,6 +252,10 @@ static void run_op(const bench_args_t *a, const void *send, void *recv, size_t c
                                  mpi_op(a->redop), MPI_COMM_WORLD);
         break;
     case OP_BROADCAST: MPI_Bcast(recv, (int)count, t, 0, MPI_COMM_WORLD); break;
+    case OP_REDUCE:
+        MPI_Reduce(a->inplace && rank == 0 ? MPI_IN_PLACE : send, recv, (int)count, t,
+                   mpi_op(a->redop), 0, MPI_COMM_WORLD);
+        break;
     case OP_ALLTOALL: MPI_Alltoall(send, (int)count, t, recv, (int)count, t, MPI_COMM_WORLD); break;
     }
 }
@@ -289,6 +302,10 @@ static void run_op(const bench_args_t *a, const void *send, void *recv, size_t c
                                   (int64_t)count, a->dtype, a->redop, &attr, NULL);
         break;
     case OP_BROADCAST: st = smddp_broadcast(comm, recv, (int64_t)count, a->dtype, 0, &attr, NULL); break;
+    case OP_REDUCE:
+        st = smddp_reduce(comm, a->inplace ? recv : send, recv, (int64_t)count, a->dtype, a->redop,
+                          0, &attr, NULL);
+        break;
     case OP_ALLTOALL: st = smddp_alltoall(comm, send, recv, (int64_t)count, a->dtype, &attr, NULL); break;
     }
     check_call(st, op_names[a->op]);
@@ -400,11 +417,11 @@ static double reduce_expected(smddp_op_t op, size_t i)
 /* Fills the send buffer (and recv for in place); returns elements per rank-block. */
 static void fill(const bench_args_t *a, void *send, void *recv, size_t count)
 {
-    size_t n = a->op == OP_ALLREDUCE || a->op == OP_BROADCAST ? count : count * (size_t)nranks;
+    size_t n = a->op == OP_ALLREDUCE || a->op == OP_BROADCAST || a->op == OP_REDUCE ? count : count * (size_t)nranks;
     for (size_t i = 0; i < n; i++) put(send, a->dtype, i, value(rank, i));
     if (a->op == OP_BROADCAST)
         for (size_t i = 0; i < count; i++) put(recv, a->dtype, i, rank == 0 ? value(0, i) : 0);
-    if (a->inplace && a->op == OP_ALLREDUCE)
+    if (a->inplace && (a->op == OP_ALLREDUCE || a->op == OP_REDUCE))
         for (size_t i = 0; i < count; i++) put(recv, a->dtype, i, value(rank, i));
     if (a->inplace && a->op == OP_ALLGATHER)
         for (size_t i = 0; i < count; i++) put(recv, a->dtype, (size_t)rank * count + i, value(rank, i));
@@ -424,6 +441,9 @@ static int64_t count_wrong(const bench_args_t *a, const void *send, const void *
     int64_t wrong = 0;
     size_t es = smddp_dtype_size(a->dtype);
     switch (a->op) {
+    case OP_REDUCE:
+        if (rank != 0) break; /* only the root's output is defined */
+        /* fall through */
     case OP_ALLREDUCE:
         for (size_t i = 0; i < count; i++) {
             double want = reduce_expected(a->redop, i);
@@ -516,8 +536,8 @@ static double skew_mean_us(skew_t before, skew_t after)
 static void run(const bench_args_t *a)
 {
     size_t es = smddp_dtype_size(a->dtype);
-    size_t max_count = a->max_bytes / es / (a->op == OP_ALLREDUCE || a->op == OP_BROADCAST ? 1 : (size_t)nranks);
-    size_t blocks = a->op == OP_ALLREDUCE || a->op == OP_BROADCAST ? 1 : (size_t)nranks;
+    size_t max_count = a->max_bytes / es / (a->op == OP_ALLREDUCE || a->op == OP_BROADCAST || a->op == OP_REDUCE ? 1 : (size_t)nranks);
+    size_t blocks = a->op == OP_ALLREDUCE || a->op == OP_BROADCAST || a->op == OP_REDUCE ? 1 : (size_t)nranks;
     size_t buf_bytes = (max_count * blocks * es + 64) / 64 * 64;
     char *send = NULL, *recv = NULL;
 #ifndef BENCH_MPI
@@ -554,7 +574,8 @@ static void run(const bench_args_t *a)
     case OP_ALLGATHER:
     case OP_REDUCE_SCATTER:
     case OP_ALLTOALL: busfactor = (double)(nranks - 1) / nranks; break;
-    case OP_BROADCAST: busfactor = 1.0; break;
+    case OP_BROADCAST:
+    case OP_REDUCE: busfactor = 1.0; break;
     }
     int64_t total_wrong = 0;
     for (size_t bytes = a->min_bytes; bytes <= a->max_bytes;) {

@@ -44,7 +44,8 @@
 
 static const smddp__algo_t *const registry[] = {
     &smddp__algo_allreduce_ll, &smddp__algo_allreduce_oneshot, &smddp__algo_allreduce_twoshot,
-    &smddp__algo_reduce_twoshot, &smddp__algo_reduce_scatter_twoshot,
+    &smddp__algo_reduce_ll, &smddp__algo_reduce_oneshot, &smddp__algo_reduce_twoshot,
+    &smddp__algo_reduce_scatter_twoshot,
     &smddp__algo_broadcast_ll, &smddp__algo_broadcast_staged, &smddp__algo_allgather_ll,
     &smddp__algo_allgather_staged, &smddp__algo_gather_staged, &smddp__algo_scatter_staged,
     &smddp__algo_alltoall_staged, &smddp__algo_alltoallv_staged, &smddp__algo_barrier_ll,
@@ -131,6 +132,8 @@ static const smddp__select_row_t table[] = {
     {K(ALLREDUCE), SHM, ONE_NODE, AT(0), LIM(ONESHOT), F(POOLED_IN_PLACE), 0, "two-shot"},
     {K(ALLREDUCE), SHM, ONE_NODE, AT(0), LIM(ONESHOT), 0, 0, "one-shot"},
     {K(ALLREDUCE), SHM, ONE_NODE, AT(0), INF, 0, 0, "two-shot"},
+    {K(REDUCE), SHM, ONE_NODE, AT(1), LIMCAP(LL, 1024), 0, 0, "low-latency"},
+    {K(REDUCE), SHM, ONE_NODE, AT(0), LIM(HALF), 0, 0, "one-shot"},
     {K(REDUCE), SHM, ONE_NODE, AT(0), INF, 0, 0, "two-shot"},
     {K(REDUCE_SCATTER), SHM, ONE_NODE, AT(0), INF, 0, 0, "two-shot"},
     {K(BROADCAST), SHM, ONE_NODE, AT(1), LIMCAP(LL, 1024), 0, 0, "low-latency"},

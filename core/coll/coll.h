@@ -29,7 +29,8 @@ static inline size_t smddp__oneshot_range(smddp_comm_t comm)
 
 /* The registry entries, one per file (select.c lists them). */
 extern const smddp__algo_t smddp__algo_allreduce_ll, smddp__algo_allreduce_oneshot,
-    smddp__algo_allreduce_twoshot, smddp__algo_reduce_twoshot,
+    smddp__algo_allreduce_twoshot, smddp__algo_reduce_ll, smddp__algo_reduce_oneshot,
+    smddp__algo_reduce_twoshot,
     smddp__algo_reduce_scatter_twoshot, smddp__algo_broadcast_ll, smddp__algo_broadcast_staged,
     smddp__algo_allgather_ll, smddp__algo_allgather_staged, smddp__algo_gather_staged,
     smddp__algo_scatter_staged, smddp__algo_alltoall_staged, smddp__algo_alltoallv_staged,

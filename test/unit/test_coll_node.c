@@ -51,6 +51,15 @@ static void test_allreduce_twoshot_forced(void **state)
 
 static void test_reduce_2(void **state) { (void)state; run(2, reduce_rank, NULL); }
 static void test_reduce_3(void **state) { (void)state; run(3, reduce_rank, NULL); }
+
+/* Each algorithm at every size it can run (the others fall back to the table). */
+static void test_reduce_algorithms(void **state)
+{
+    (void)state;
+    run(3, reduce_rank, "SMDDP_ALGO=reduce:two-shot");
+    run(3, reduce_rank, "SMDDP_ALGO=reduce:one-shot SMDDP_SHM_BUFFER_SIZE=8192");
+    run(2, reduce_rank, "SMDDP_ALGO=reduce:low-latency");
+}
 static void test_reduce_4(void **state) { (void)state; run(4, reduce_rank, NULL); }
 static void test_reduce_small_buffers(void **state)
 {
@@ -501,6 +510,7 @@ int main(void)
         cmocka_unit_test(test_reduce_2),
         cmocka_unit_test(test_reduce_3),
         cmocka_unit_test(test_reduce_4),
+        cmocka_unit_test(test_reduce_algorithms),
         cmocka_unit_test(test_reduce_small_buffers),
         cmocka_unit_test(test_movement_2),
         cmocka_unit_test(test_movement_3),

@@ -120,7 +120,12 @@ static void test_one_node(void **state)
     PIN(ALLREDUCE, 2048, 2, 1, SMDDP_FACT_POOLED_IN_PLACE, "two-shot");
     PIN(ALLREDUCE, 64 << 10, 2, 1, SMDDP_FACT_POOLED_IN_PLACE, "two-shot");
     PIN(ALLREDUCE, 2048, 2, 1, SMDDP_FACT_POOLED_INPUTS, "one-shot");
-    PIN(REDUCE, 8, 2, 1, 0, "two-shot");
+    /* Reduce: slots up to 1 KiB, one-shot within a staging half, then two-shot. */
+    PIN(REDUCE, 8, 2, 1, 0, "low-latency");
+    PIN(REDUCE, 1024, 2, 1, 0, "low-latency");
+    PIN(REDUCE, 1025, 2, 1, 0, "one-shot");
+    PIN(REDUCE, 1 << 20, 4, 1, 0, "one-shot");
+    PIN(REDUCE, 64 << 20, 2, 1, 0, "two-shot");
     PIN(REDUCE_SCATTER, 8, 4, 1, 0, "two-shot");
     /* Broadcast: slots up to 1 KiB. Allgather: cross-memory attach's range stages. */
     PIN(BROADCAST, 1024, 2, 1, 0, "low-latency");
@@ -138,6 +143,7 @@ static void test_one_node(void **state)
     smddp__params_reload();
     PIN(ALLGATHER, 8192, 2, 1, 0, "staged");
     PIN(ALLREDUCE, 8, 2, 1, 0, "one-shot");
+    PIN(REDUCE, 8, 2, 1, 0, "one-shot");
     PIN(BARRIER, 0, 2, 1, 0, "counters");
     setenv("SMDDP_SHM_LL_MAX", "16384", 1);
     smddp__params_reload();
