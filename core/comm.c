@@ -42,6 +42,7 @@ static void comm_free(smddp_comm_t comm)
     free(comm->local_ranks);
     free((void *)comm->seen_dead);
     free(comm->algo_rules);
+    free(comm->params);
     smddp__trace_free(comm->trace);
     smddp__progress_free(comm->progress);
     pthread_mutex_destroy(&comm->lock);
@@ -94,6 +95,33 @@ static void transports_teardown(smddp_comm_t comm)
         if (transports[i].teardown) transports[i].teardown(comm);
 }
 
+/*
+ * The topology, and the settings every rank must agree on (param.h), whose
+ * records travel with the node names: one exchange for both.
+ */
+static smddp_status_t discover(smddp_comm_t comm)
+{
+    size_t len = smddp__params_agree_record(NULL, 0) + 1;
+    char *record = malloc(len), **records = NULL;
+    comm->params = malloc(sizeof(*comm->params));
+    if (!record || !comm->params) {
+        free(record);
+        return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the settings' record");
+    }
+    smddp__params_agree_record(record, len);
+    smddp_status_t st = smddp__topo_discover(comm, record, &records);
+    free(record);
+    SMDDP_CHECK(st);
+    st = smddp__params_agree((const char *const *)records, comm->size, comm->params);
+    smddp__topo_attached_free(records, comm->size);
+    if (st < 0) {
+        char msg[SMDDP_ERRMSG_MAX];
+        snprintf(msg, sizeof(msg), "%s", smddp__last_error());
+        return smddp__error(st, "communicator creation: %s", msg);
+    }
+    return SMDDP_OK;
+}
+
 /* SMDDP_ALGO, checked against the registry before anything is set up. */
 static smddp_status_t parse_algo_rules(smddp_comm_t comm)
 {
@@ -132,7 +160,7 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
 
     SMDDP_CHECK_GOTO(parse_algo_rules(comm), st, fail);
     comm->trace = smddp__trace_new();
-    SMDDP_CHECK_GOTO(smddp__topo_discover(comm), st, fail);
+    SMDDP_CHECK_GOTO(discover(comm), st, fail);
     SMDDP_CHECK_GOTO(smddp__topo_check(comm), st, fail);
     SMDDP_CHECK_GOTO(transports_setup(comm), st, fail_transports);
     comm->progress = smddp__progress_new(comm);

@@ -62,6 +62,12 @@ struct smddp_comm {
      * chooses (verdicts.h, select.h).
      */
     smddp__verdicts_t verdicts;
+    /*
+     * The settings as this communicator's ranks agreed on them at creation
+     * (param.h's agreement column): what must match does, and the smallest
+     * or largest value holds where the table says so.
+     */
+    struct smddp__params *params;
     /* SMDDP_ALGO's rules, parsed and checked at creation (select.h). */
     struct smddp__select_row *algo_rules;
     int n_algo_rules;

@@ -22,6 +22,14 @@ typedef enum smddp__ofi_mr { SMDDP_OFI_MR_AUTO, SMDDP_OFI_MR_ALWAYS } smddp__ofi
 typedef enum smddp__shm_cma { SMDDP_CMA_AUTO, SMDDP_CMA_ON, SMDDP_CMA_OFF } smddp__shm_cma_t;
 typedef enum smddp__thread_sched { SMDDP_THREAD_BATCH, SMDDP_THREAD_NORMAL } smddp__thread_sched_t;
 
+/* How a communicator's ranks agree on a setting: the settings table's agreement column. */
+typedef enum smddp__agree {
+    SMDDP_AGREE_ANY,   /* each rank keeps its own */
+    SMDDP_AGREE_MATCH, /* every rank must set the same */
+    SMDDP_AGREE_MIN,   /* the smallest any rank sets holds for all */
+    SMDDP_AGREE_MAX    /* the largest any rank sets holds for all */
+} smddp__agree_t;
+
 typedef struct smddp__params {
     smddp__log_level_t debug_level; /* SMDDP_DEBUG */
     char debug_file[256];       /* SMDDP_DEBUG_FILE */
@@ -82,5 +90,21 @@ void smddp__params_reload(void);
 
 /* Prints the table with current values. */
 void smddp__params_print(FILE *out);
+
+/*
+ * This process's values of the settings its communicator's ranks must agree
+ * on, as one text record ("NAME=value" lines) to exchange at creation: into
+ * buf, NUL-terminated when it fits; returns its length.
+ */
+size_t smddp__params_agree_record(char *buf, size_t cap);
+/*
+ * Applies the agreement column to every rank's record (records[r] from rank
+ * r, n ranks): a setting that must match and differs fails with
+ * SMDDP_ERR_MISMATCH, naming it, rank 0's value, the first other value and
+ * the ranks that differ; the others take the smallest or largest value. *out:
+ * this process's settings with that applied. Every rank reaches the same
+ * verdict from the same records.
+ */
+smddp_status_t smddp__params_agree(const char *const *records, int n, smddp__params_t *out);
 
 #endif /* SMDDP_CORE_PARAM_H */

@@ -25,20 +25,36 @@ void smddp__node_name(char *out, size_t cap)
 }
 
 /* Exchanges node names through the store and fills the topology fields. */
-smddp_status_t smddp__topo_discover(smddp_comm_t comm)
+void smddp__topo_attached_free(char **attached, int n)
 {
-    char key[512], mine[HOSTNAME_MAX];
+    for (int r = 0; attached && r < n; r++) free(attached[r]);
+    free(attached);
+}
+
+smddp_status_t smddp__topo_discover(smddp_comm_t comm, const char *attach, char ***attached)
+{
+    char key[512], host[HOSTNAME_MAX];
     char(*names)[HOSTNAME_MAX] = NULL;
+    char **all = NULL;
     smddp_status_t st = SMDDP_OK;
 
-    smddp__node_name(mine, sizeof(mine));
+    /* "node name\0attach\0" */
+    smddp__node_name(host, sizeof(host));
+    size_t hlen = strlen(host) + 1, alen = strlen(attach) + 1;
+    char *mine = malloc(hlen + alen);
+    if (!mine) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the node record");
+    memcpy(mine, host, hlen);
+    memcpy(mine + hlen, attach, alen);
     snprintf(key, sizeof(key), "%s/host/%d", comm->prefix, comm->rank);
-    SMDDP_CHECK(smddp__store_set(comm->store, key, mine, strlen(mine) + 1));
+    st = smddp__store_set(comm->store, key, mine, hlen + alen);
+    free(mine);
+    SMDDP_CHECK(st);
 
     names = calloc((size_t)comm->size, sizeof(*names));
+    all = calloc((size_t)comm->size, sizeof(*all));
     comm->node_of = calloc((size_t)comm->size, sizeof(int));
     comm->local_ranks = calloc((size_t)comm->size, sizeof(int));
-    if (!names || !comm->node_of || !comm->local_ranks) {
+    if (!names || !all || !comm->node_of || !comm->local_ranks) {
         st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate topology for %d ranks", comm->size);
         goto out;
     }
@@ -55,14 +71,20 @@ smddp_status_t smddp__topo_discover(smddp_comm_t comm)
             goto out;
         }
         if (st < 0) goto out;
-        if (len == 0 || len > HOSTNAME_MAX || ((char *)v)[len - 1] != '\0') {
+        size_t nlen = len ? strnlen(v, len) + 1 : 0;
+        if (len == 0 || nlen > HOSTNAME_MAX || nlen >= len || ((char *)v)[len - 1] != '\0') {
             free(v);
-            st = smddp__error(SMDDP_ERR_STORE, "malformed node name from rank %d (store key %s)", r,
-                              key);
+            st = smddp__error(SMDDP_ERR_STORE, "malformed node record from rank %d (store key %s)",
+                              r, key);
             goto out;
         }
-        memcpy(names[r], v, len);
+        memcpy(names[r], v, nlen);
+        all[r] = strdup((char *)v + nlen);
         free(v);
+        if (!all[r]) {
+            st = smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate rank %d's node record", r);
+            goto out;
+        }
     }
     comm->node_count = 0;
     for (int r = 0; r < comm->size; r++) {
@@ -100,6 +122,8 @@ smddp_status_t smddp__topo_discover(smddp_comm_t comm)
     }
 out:
     free(names);
+    if (st == SMDDP_OK) *attached = all;
+    else smddp__topo_attached_free(all, comm->size);
     return st;
 }
 

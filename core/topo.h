@@ -12,9 +12,13 @@ void smddp__node_name(char *out, size_t cap);
 /*
  * Exchanges node names through comm's store and fills comm's topology:
  * node_count, node, node_of, local_rank, local_size, local_ranks, and
- * node_ranks when every node holds as many ranks.
+ * node_ranks when every node holds as many ranks. attach (a string) travels
+ * with this rank's node name; on success *attached holds every rank's, in
+ * rank order (free with smddp__topo_attached_free), at no extra store
+ * operation.
  */
-smddp_status_t smddp__topo_discover(smddp_comm_t comm);
+smddp_status_t smddp__topo_discover(smddp_comm_t comm, const char *attach, char ***attached);
+void smddp__topo_attached_free(char **attached, int n);
 
 /*
  * The most ranks one node may hold: the algorithms inside a node keep a

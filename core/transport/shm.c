@@ -57,14 +57,6 @@ static size_t half_of(const smddp__params_t *params)
     return align_up((size_t)SMDDP_MAX(params->shm_buffer / 2, SMDDP_SHM_HALF_MIN), 4096);
 }
 
-/* FNV-1a of a setting's text, for comparing it across ranks. */
-static uint32_t text_hash(const char *s)
-{
-    uint32_t h = 2166136261u;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
-    return h;
-}
-
 #define LAYOUT_PARTS 9
 
 static void layout(smddp__shm_t *s, int nranks, size_t *sizes)
@@ -218,11 +210,6 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
     fd = -1;
     atomic_store(&s->ctrl[comm->local_rank].pid, (int32_t)getpid());
     smddp__shm_publish_affinity(&s->ctrl[comm->local_rank]);
-    shm_ctrl_t *mine = &s->ctrl[comm->local_rank];
-    mine->ll_max = (uint64_t)SMDDP_MIN(SMDDP_MAX(params->shm_ll_max, 0), SHM_LL_PAYLOAD_MAX);
-    mine->oneshot_max = (uint64_t)params->oneshot_max;
-    mine->algo = (uint32_t)params->algo;
-    mine->algo_rules_hash = text_hash(params->algo_rules);
 
     /*
      * A barrier on the segment itself proves every local rank has mapped it;
@@ -239,39 +226,12 @@ smddp_status_t smddp__shm_setup(smddp_comm_t comm)
         st = smddp__error(st, "shared-memory setup failed: %s", msg);
         goto fail;
     }
-    /*
-     * Ranks that chose allreduce algorithms differently would read each
-     * other's staging at the wrong time: refuse, on every rank alike.
-     */
-    static const char *const algos[] = {"auto", "oneshot", "twoshot", "?"};
-    for (int lr = 0; lr < p; lr++) {
-        const shm_ctrl_t *c = &s->ctrl[lr];
-        if (c->algo_rules_hash != mine->algo_rules_hash) {
-            st = smddp__error(SMDDP_ERR_MISMATCH,
-                              "rank %d: SMDDP_ALGO differs between ranks of one node (\"%s\" "
-                              "here, another value on rank %d); set it the same everywhere",
-                              comm->rank, params->algo_rules, comm->local_ranks[lr]);
-            comm->shm = NULL;
-            goto fail;
-        }
-        if (c->algo == mine->algo && c->oneshot_max == mine->oneshot_max) continue;
-        st = smddp__error(SMDDP_ERR_MISMATCH,
-                          "rank %d: SMDDP_ALLREDUCE_ALGO or SMDDP_ALLREDUCE_ONESHOT_MAX differs "
-                          "between ranks of one node (%s and %llu here, %s and %llu on rank %d); "
-                          "set them the same everywhere",
-                          comm->rank, algos[SMDDP_MIN(mine->algo, 3u)],
-                          (unsigned long long)mine->oneshot_max, algos[SMDDP_MIN(c->algo, 3u)],
-                          (unsigned long long)c->oneshot_max, comm->local_ranks[lr]);
-        comm->shm = NULL;
-        goto fail;
-    }
     shm_unlink(s->name);
     free(val);
     comm->shm = s;
     smddp__shm_set_wait_policy(s, p);
-    /* Every rank takes the same path for an op: the smallest setting holds. */
-    s->ll_max = SHM_LL_PAYLOAD_MAX;
-    for (int lr = 0; lr < p; lr++) s->ll_max = SMDDP_MIN(s->ll_max, (size_t)s->ctrl[lr].ll_max);
+    /* Every rank takes the same path for an op: the smallest setting holds (agreed at creation). */
+    s->ll_max = (size_t)SMDDP_MIN(SMDDP_MAX(comm->params->shm_ll_max, 0), SHM_LL_PAYLOAD_MAX);
     SMDDP_INFO("rank %d: shared memory %s mapped, %zu bytes (%d local ranks, %zu-byte halves); "
                "waits spin %lld us, then yield %lld us",
                comm->rank, s->name, s->len, p, s->half, (long long)(s->spin_ns / 1000),

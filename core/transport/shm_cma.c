@@ -12,7 +12,7 @@
  * and, unless every rank was told SMDDP_SHM_CMA=on, the ranks do not
  * outnumber their CPUs (a rank that reads a peer's memory then holds the
  * core the peer waits for: 4 ranks on 2 CPUs lost). The size range is agreed
- * as well (the largest SMDDP_SHM_CMA_MIN, the smallest SMDDP_SHM_CMA_MAX), so
+ * at creation (the largest SMDDP_SHM_CMA_MIN, the smallest SMDDP_SHM_CMA_MAX), so
  * every rank picks the same path for an op.
  *
  * Per op, each rank publishes in its step record the address of its input,
@@ -110,8 +110,6 @@ smddp_status_t smddp__cma_setup(smddp_comm_t comm)
     s->cma_probe = random_word();
     mine->cma_probe_addr = (uint64_t)(uintptr_t)&s->cma_probe;
     mine->cma_probe_val = s->cma_probe;
-    mine->cma_min = (uint64_t)params->shm_cma_min;
-    mine->cma_max = (uint64_t)params->shm_cma_max;
     smddp__op_t setup = shm_setup_op(comm);
     smddp_status_t st = smddp__shm_sync(comm, &setup);
     char why[200] = "";
@@ -130,8 +128,12 @@ smddp_status_t smddp__cma_setup(smddp_comm_t comm)
         return smddp__error(st, "cross-memory attach setup failed: %s", msg);
     }
 
-    /* Every rank reads the same words, so every rank reaches the same verdict. */
-    uint64_t lo = 0, hi = UINT64_MAX;
+    /*
+     * Every rank reads the same words, so every rank reaches the same verdict;
+     * the range is the one every rank allows (agreed at creation, param.h).
+     */
+    uint64_t lo = (uint64_t)SMDDP_MAX(comm->params->shm_cma_min, 0);
+    uint64_t hi = (uint64_t)SMDDP_MAX(comm->params->shm_cma_max, 0);
     int refused = -1;
     bool forced = true; /* every rank was told "on": sharing CPUs does not turn it off */
     bool crowded = false;
@@ -140,8 +142,6 @@ smddp_status_t smddp__cma_setup(smddp_comm_t comm)
         if (refused < 0 && verdict != VERDICT_YES && verdict != VERDICT_ON) refused = q;
         forced &= verdict == VERDICT_ON;
         crowded |= atomic_load(&s->ctrl[q].cma_crowded) != 0;
-        lo = SMDDP_MAX(lo, s->ctrl[q].cma_min);
-        hi = SMDDP_MIN(hi, s->ctrl[q].cma_max);
     }
     if (refused == comm->local_rank)
         SMDDP_INFO("rank %d: cross-memory attach off: %s", comm->rank, why);
@@ -153,7 +153,7 @@ smddp_status_t smddp__cma_setup(smddp_comm_t comm)
                    "(SMDDP_SHM_CMA=on on every rank uses it all the same)",
                    comm->rank, p);
     else if (lo > hi)
-        SMDDP_INFO("rank %d: cross-memory attach off: the local ranks' SMDDP_SHM_CMA_MIN and "
+        SMDDP_INFO("rank %d: cross-memory attach off: the ranks' SMDDP_SHM_CMA_MIN and "
                    "SMDDP_SHM_CMA_MAX leave no size",
                    comm->rank);
     if (refused >= 0 || (crowded && !forced) || lo > hi) return SMDDP_OK;

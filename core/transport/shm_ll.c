@@ -15,7 +15,7 @@
  * having seen every peer's tag of the next one, which each peer wrote after
  * it had read this slot: so only exchanges in which every rank waits for
  * every other may use them, and ranks must agree on which ops do (the size
- * limit is agreed at setup, shm.c).
+ * limit, SMDDP_SHM_LL_MAX, is agreed at creation: the smallest holds, param.h).
  *
  * Each exchange also posts the rank's counter, once on every rank, so the
  * counters stay in step for the staged ops around it; a peer asleep in its

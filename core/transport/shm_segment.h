@@ -34,16 +34,8 @@ typedef struct shm_ctrl {
      * verdict and whether it sees the local ranks outnumber the CPUs.
      */
     uint64_t cma_probe_addr, cma_probe_val;
-    uint64_t cma_min, cma_max;
     _Atomic uint32_t cma_verdict, cma_crowded;
-    /*
-     * Written before the setup barrier: this rank's SMDDP_SHM_LL_MAX (the
-     * smallest holds), SMDDP_ALLREDUCE_ONESHOT_MAX, SMDDP_ALLREDUCE_ALGO and
-     * a hash of SMDDP_ALGO (which must be the same on every rank).
-     */
-    uint64_t ll_max, oneshot_max;
-    uint32_t algo, algo_rules_hash;
-    char pad[2 * CACHELINE - 16 - AFFINITY_WORDS * 8 - 64];
+    char pad[2 * CACHELINE - 16 - AFFINITY_WORDS * 8 - 24];
 } shm_ctrl_t;
 _Static_assert(sizeof(shm_ctrl_t) == 2 * CACHELINE, "a control block is two cache lines");
 

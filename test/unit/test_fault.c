@@ -1250,9 +1250,10 @@ static void test_killed_before_join(void **state)
 }
 
 /*
- * Rank 1 joins the rendezvous (publishes its node name by hand, as
- * smddp_comm_create would) and is killed before it maps the segment rank 0
- * created: rank 0 must time out in the setup barrier and remove the segment.
+ * Rank 1 joins the rendezvous (publishes its node record, the node name and
+ * its settings' agreement record, by hand, as smddp_comm_create would) and
+ * is killed before it maps the segment rank 0 created: rank 0 must time out
+ * in the setup barrier and remove the segment.
  */
 static void killed_in_setup_fn(smddp_comm_t unused, int rank, int size, void *arg)
 {
@@ -1262,7 +1263,11 @@ static void killed_in_setup_fn(smddp_comm_t unused, int rank, int size, void *ar
     if (rank == 1) {
         smddp_store_t store;
         H_OK(smddp__tcp_client_connect("127.0.0.1", harness_store_port, 30000, NULL, &store));
-        H_OK(store.set(store.ctx, "kis/host/1", "fault-node", sizeof("fault-node")));
+        static char record[8192] = "fault-node";
+        size_t at = sizeof("fault-node");
+        size_t len = smddp__params_agree_record(record + at, sizeof(record) - at);
+        H_CHECK(at + len < sizeof(record), "the settings' record takes %zu bytes", len);
+        H_OK(store.set(store.ctx, "kis/host/1", record, at + len + 1));
         raise(SIGKILL);
     }
     smddp_comm_t comm = NULL;
@@ -1283,7 +1288,7 @@ static void test_killed_during_shm_setup(void **state)
     run(2, killed_in_setup_fn, NULL, "SMDDP_TIMEOUT=2 SMDDP_HOSTNAME=fault-node", 1, signals);
 }
 
-/* Ranks disagree on SMDDP_SHM_BUFFER_SIZE: the joiner says so, the creator times out. */
+/* Ranks disagree on SMDDP_SHM_BUFFER_SIZE: every rank says so at once, naming the rank and values. */
 static void shm_size_fn(smddp_comm_t unused, int rank, int size, void *arg)
 {
     (void)unused;
@@ -1298,15 +1303,10 @@ static void shm_size_fn(smddp_comm_t unused, int rank, int size, void *arg)
     smddp_status_t st = harness_try_comm(rank, size, "size", -1, &comm);
     double dt = now_s() - t0;
     const char *msg = smddp_get_last_error(NULL);
-    if (rank == 1) {
-        H_STATUS(st, SMDDP_ERR_INVALID_ARGUMENT);
-        H_HAS(msg, "SMDDP_SHM_BUFFER_SIZE");
-        H_CHECK(dt < 2.0, "the size check took %.2f s", dt);
-    } else {
-        H_STATUS(st, SMDDP_ERR_TIMEOUT);
-        H_HAS(msg, "rank(s) 1");
-        H_CHECK(dt < 4.0, "creation gave up after %.2f s with SMDDP_TIMEOUT=2", dt);
-    }
+    H_STATUS(st, SMDDP_ERR_MISMATCH);
+    H_HAS(msg, "SMDDP_SHM_BUFFER_SIZE must be the same on every rank");
+    H_HAS(msg, "rank 1 has \"1048576\" (ranks that differ from rank 0: 1)");
+    H_CHECK(dt < 2.0, "the check took %.2f s", dt);
 }
 
 static void test_shm_size_mismatch(void **state)

@@ -216,7 +216,10 @@ static void test_agreement(void **state)
     run_limits(2, "SMDDP_SHM_LL_MAX=1M", -1, SLOTS_MAX); /* cut to the slots */
 }
 
-/* Ranks of one node that pick allreduce algorithms differently are refused at creation. */
+/*
+ * Ranks that pick allreduce algorithms differently are refused at creation,
+ * every one of them, naming the setting and the rank that differs.
+ */
 static void algo_rank(smddp_comm_t unused, int rank, int size, void *arg)
 {
     (void)unused;
@@ -226,8 +229,10 @@ static void algo_rank(smddp_comm_t unused, int rank, int size, void *arg)
     H_CHECK(st == SMDDP_ERR_MISMATCH, "creation returned %s, expected a mismatch",
             smddp_status_string(st));
     const char *msg = smddp_get_last_error(NULL);
-    H_CHECK(strstr(msg, "SMDDP_ALLREDUCE_ALGO or SMDDP_ALLREDUCE_ONESHOT_MAX differs") &&
-                strstr(msg, rank == 1 ? "on rank 0" : "on rank 1"),
+    char name[64];
+    snprintf(name, sizeof(name), "%.*s must be the same on every rank",
+             (int)(strchr(arg, '=') - (const char *)arg), (const char *)arg);
+    H_CHECK(strstr(msg, name) && strstr(msg, "(ranks that differ from rank 0: 1)"),
             "the message was: %s", msg);
 }
 

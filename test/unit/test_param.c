@@ -489,7 +489,10 @@ static void test_print_settings(void **state)
         {"SMDDP_CHECK_ORDER", {" 1 ", "bool", "check"}},
         {"SMDDP_ALLREDUCE_ALGO", {"twoshot", "auto|oneshot|twoshot", "enum"}},
         {"SMDDP_RANK", {"-1", "int", "rank"}},
-        {"SMDDP_SHM_BUFFER_SIZE", {"bytes", "shared-memory", " "}},
+        {"SMDDP_SHM_BUFFER_SIZE", {"bytes", "shared-memory", " match "}},
+        {"SMDDP_SHM_LL_MAX", {"bytes", " min ", "slots"}},
+        {"SMDDP_SHM_CMA_MIN", {"bytes", " max ", "allgather"}},
+        {"SMDDP_TIMEOUT", {"seconds", " own ", "deadline"}},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         table_line(table, want[i].name, line, sizeof(line));
@@ -512,6 +515,66 @@ static void test_print_settings(void **state)
     slurp(out, table2, sizeof(table2));
     fclose(out);
     assert_string_equal(table2, table);
+}
+
+/* ---- agreement across ranks ------------------------------------------------------------ */
+
+/* This process's agreement record with the given settings ("NAME=value ...", NULL: none). */
+static char *record_with(const char *env)
+{
+    clear_smddp_env();
+    char buf[512];
+    snprintf(buf, sizeof(buf), "%s", env ? env : "");
+    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+        char *eq = strchr(tok, '=');
+        *eq = '\0';
+        setenv(tok, eq + 1, 1);
+    }
+    reload();
+    size_t len = smddp__params_agree_record(NULL, 0) + 1;
+    char *rec = malloc(len);
+    assert_non_null(rec);
+    assert_int_equal(smddp__params_agree_record(rec, len), len - 1);
+    clear_smddp_env();
+    reload();
+    return rec;
+}
+
+static void test_agreement(void **state)
+{
+    (void)state;
+    /* Ranks 0 and 1 alike, rank 2 and 4 on another SMDDP_NET_ALGO: refused, naming them. */
+    char *recs[5] = {record_with(NULL), record_with("SMDDP_NET_ALGO=auto"),
+                     record_with("SMDDP_NET_ALGO=flat"), record_with(NULL),
+                     record_with("SMDDP_NET_ALGO=hier")};
+    smddp__params_t out;
+    assert_int_equal(smddp__params_agree((const char *const *)recs, 5, &out), SMDDP_ERR_MISMATCH);
+    const char *msg = smddp__last_error();
+    static const char *const says[] = {"SMDDP_NET_ALGO must be the same on every rank",
+                                       "rank 0 has \"auto\"", "rank 2 has \"flat\"",
+                                       "differ from rank 0: 2, 4)"};
+    for (size_t i = 0; i < sizeof(says) / sizeof(says[0]); i++)
+        if (!strstr(msg, says[i])) fail_msg("\"%s\" does not say \"%s\"", msg, says[i]);
+    for (int r = 0; r < 5; r++) free(recs[r]);
+
+    /* The same value spelled two ways matches; sizes take the smallest or largest. */
+    char *sized[3] = {record_with("SMDDP_SHM_BUFFER_SIZE=4M SMDDP_SHM_LL_MAX=4096"),
+                      record_with("SMDDP_SHM_BUFFER_SIZE=4194304 SMDDP_SHM_CMA_MIN=64K"),
+                      record_with("SMDDP_SHM_CMA_MAX=1M SMDDP_SHM_LL_MAX=2K")};
+    assert_int_equal(smddp__params_agree((const char *const *)sized, 3, &out), SMDDP_OK);
+    assert_int_equal(out.shm_ll_max, 2048);
+    assert_int_equal(out.shm_cma_min, 65536);
+    assert_int_equal(out.shm_cma_max, 1 << 20);
+    /* A setting each rank keeps: this process's own value. */
+    assert_int_equal(out.timeout_ms, smddp__params()->timeout_ms);
+    for (int r = 0; r < 3; r++) free(sized[r]);
+
+    /* SMDDP_ALGO's rules, compared as text. */
+    char *rules[2] = {record_with("SMDDP_ALGO=allreduce:two-shot"), record_with(NULL)};
+    assert_int_equal(smddp__params_agree((const char *const *)rules, 2, &out), SMDDP_ERR_MISMATCH);
+    if (!strstr(smddp__last_error(), "rank 0 has \"allreduce:two-shot\", rank 1 has \"\""))
+        fail_msg("%s", smddp__last_error());
+    for (int r = 0; r < 2; r++) free(rules[r]);
 }
 
 /* ---- the logger ------------------------------------------------------------------------- */
@@ -659,6 +722,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_ints_and_strings, reset, reset),
         cmocka_unit_test_setup_teardown(test_unknown_variables, reset, reset),
         cmocka_unit_test_setup_teardown(test_print_settings, reset, reset),
+        cmocka_unit_test_setup_teardown(test_agreement, reset, reset),
         cmocka_unit_test_setup_teardown(test_debug_level, reset, reset),
         cmocka_unit_test_setup_teardown(test_debug_file, reset, reset),
     };
