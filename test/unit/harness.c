@@ -59,14 +59,35 @@ int harness_trace_count(smddp_comm_t comm, const char *what)
     return n;
 }
 
+/*
+ * Every rank harness_run has forked in this process: the segments they
+ * create are named "smddp-<pid>-..." (transport/shm.c), so counting only
+ * those leaves out what other test programs running at the same time do.
+ */
+enum { FORKED_MAX = 1 << 14 };
+static pid_t forked[FORKED_MAX];
+static int n_forked;
+
+static bool ours(pid_t pid)
+{
+    if (pid == getpid()) return true;
+    for (int i = 0; i < n_forked; i++)
+        if (forked[i] == pid) return true;
+    return false;
+}
+
 int harness_shm_count(void)
 {
     int n = 0;
     DIR *d = opendir("/dev/shm");
     if (!d) return 0;
     struct dirent *e;
-    while ((e = readdir(d)))
-        if (strncmp(e->d_name, "smddp-", 6) == 0) n++;
+    while ((e = readdir(d))) {
+        int pid = 0;
+        if (strncmp(e->d_name, "smddp-", 6) == 0 && sscanf(e->d_name + 6, "%d-", &pid) == 1 &&
+            ours((pid_t)pid))
+            n++;
+    }
     closedir(d);
     return n;
 }
@@ -191,6 +212,7 @@ int harness_run(int nranks, harness_fn_t fn, void *arg, harness_opts_t *opts)
             fflush(stderr);
             exit(0);
         }
+        if (pids[r] > 0 && n_forked < FORKED_MAX) forked[n_forked++] = pids[r];
     }
 
     int failed = 0, left = nranks, status;

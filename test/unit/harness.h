@@ -57,7 +57,10 @@ struct smddp_comm *harness_topology(int nodes, int per_node);
 
 /* How many times the communicator's flight recorder dump says `what` (in a rank). */
 int harness_trace_count(smddp_comm_t comm, const char *what);
-/* Counts /dev/shm entries whose name starts with "smddp-". */
+/*
+ * Counts the /dev/shm segments (smddp-<pid>-...) made by this process or by
+ * ranks harness_run forked from it: not those of other programs running now.
+ */
 int harness_shm_count(void);
 
 #define H_CHECK(cond, ...)                                                          \
