@@ -72,6 +72,13 @@ smddp_status_t smddp__topo_discover(smddp_comm_t comm, const char *attach, char 
         }
         if (st < 0) goto out;
         size_t nlen = len ? strnlen(v, len) + 1 : 0;
+        if (nlen == len && nlen <= HOSTNAME_MAX && ((char *)v)[len - 1] == '\0') {
+            free(v);
+            st = smddp__error(SMDDP_ERR_MISMATCH, "rank %d published its node name without the "
+                              "settings its ranks agree on (store key %s): every rank of a "
+                              "communicator must run the same libsmddp", r, key);
+            goto out;
+        }
         if (len == 0 || nlen > HOSTNAME_MAX || nlen >= len || ((char *)v)[len - 1] != '\0') {
             free(v);
             st = smddp__error(SMDDP_ERR_STORE, "malformed node record from rank %d (store key %s)",

@@ -341,6 +341,7 @@ fail:
 
 void smddp__cuda_teardown(smddp_comm_t comm)
 {
+    if (!comm->cuda) return; /* no CUDA collective ran: the runtime is not touched */
     enum cudaStreamCaptureMode mode = smddp__cuda_relax_capture();
     free_state(comm, comm->cuda, comm->local_size > 1);
     smddp__cuda_restore_capture(mode);

@@ -30,8 +30,8 @@ typedef struct shm_ctrl {
     /*
      * Cross-memory attach (shm_cma.c), written at setup: the address of a
      * word of this rank's that peers read to prove they can, the value they
-     * must find there, this rank's SMDDP_SHM_CMA_MIN and _MAX, then its
-     * verdict and whether it sees the local ranks outnumber the CPUs.
+     * must find there, then its verdict and whether it sees the local ranks
+     * outnumber the CPUs (the size range is agreed at creation, param.h).
      */
     uint64_t cma_probe_addr, cma_probe_val;
     _Atomic uint32_t cma_verdict, cma_crowded;

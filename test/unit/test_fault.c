@@ -1288,6 +1288,36 @@ static void test_killed_during_shm_setup(void **state)
     run(2, killed_in_setup_fn, NULL, "SMDDP_TIMEOUT=2 SMDDP_HOSTNAME=fault-node", 1, signals);
 }
 
+/*
+ * Rank 1 publishes a node record as a libsmddp without the settings' record
+ * would (the node name alone): rank 0 refuses at once, saying why.
+ */
+static void old_record_fn(smddp_comm_t unused, int rank, int size, void *arg)
+{
+    (void)unused;
+    (void)arg;
+    record_pid(rank);
+    if (rank == 1) {
+        smddp_store_t store;
+        H_OK(smddp__tcp_client_connect("127.0.0.1", harness_store_port, 30000, NULL, &store));
+        H_OK(store.set(store.ctx, "old/host/1", "fault-node", sizeof("fault-node")));
+        store.release(store.ctx);
+        return;
+    }
+    smddp_comm_t comm = NULL;
+    smddp_status_t st = harness_try_comm(rank, size, "old", -1, &comm);
+    const char *msg = smddp_get_last_error(NULL);
+    H_STATUS(st, SMDDP_ERR_MISMATCH);
+    H_HAS(msg, "rank 1 published its node name without the settings");
+    H_HAS(msg, "must run the same libsmddp");
+}
+
+static void test_record_without_settings(void **state)
+{
+    (void)state;
+    run(2, old_record_fn, NULL, "SMDDP_TIMEOUT=10 SMDDP_HOSTNAME=fault-node", 1, NULL);
+}
+
 /* Ranks disagree on SMDDP_SHM_BUFFER_SIZE: every rank says so at once, naming the rank and values. */
 static void shm_size_fn(smddp_comm_t unused, int rank, int size, void *arg)
 {
@@ -1399,6 +1429,7 @@ int main(void)
         cmocka_unit_test(test_shm_clean_after_normal_run),
         cmocka_unit_test(test_killed_before_join),
         cmocka_unit_test(test_killed_during_shm_setup),
+        cmocka_unit_test(test_record_without_settings),
         cmocka_unit_test(test_shm_size_mismatch),
         cmocka_unit_test(test_two_nodes_without_a_network),
     };
