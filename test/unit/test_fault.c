@@ -1249,6 +1249,15 @@ static void test_killed_before_join(void **state)
     run(2, killed_before_join_fn, NULL, "SMDDP_TIMEOUT=2", 1, signals);
 }
 
+/* Sets key in the harness's store by hand, as a rank's creation would. */
+static void publish(const char *key, const void *value, size_t len)
+{
+    smddp_store_t store;
+    H_OK(smddp__tcp_client_connect("127.0.0.1", harness_store_port, 30000, NULL, &store));
+    H_OK(store.set(store.ctx, key, value, len));
+    store.release(store.ctx);
+}
+
 /*
  * Rank 1 joins the rendezvous (publishes its node record, the node name and
  * its settings' agreement record, by hand, as smddp_comm_create would) and
@@ -1261,13 +1270,11 @@ static void killed_in_setup_fn(smddp_comm_t unused, int rank, int size, void *ar
     (void)arg;
     record_pid(rank);
     if (rank == 1) {
-        smddp_store_t store;
-        H_OK(smddp__tcp_client_connect("127.0.0.1", harness_store_port, 30000, NULL, &store));
         static char record[8192] = "fault-node";
         size_t at = sizeof("fault-node");
         size_t len = smddp__params_agree_record(record + at, sizeof(record) - at);
         H_CHECK(at + len < sizeof(record), "the settings' record takes %zu bytes", len);
-        H_OK(store.set(store.ctx, "kis/host/1", record, at + len + 1));
+        publish("kis/host/1", record, at + len + 1);
         raise(SIGKILL);
     }
     smddp_comm_t comm = NULL;
@@ -1298,10 +1305,7 @@ static void old_record_fn(smddp_comm_t unused, int rank, int size, void *arg)
     (void)arg;
     record_pid(rank);
     if (rank == 1) {
-        smddp_store_t store;
-        H_OK(smddp__tcp_client_connect("127.0.0.1", harness_store_port, 30000, NULL, &store));
-        H_OK(store.set(store.ctx, "old/host/1", "fault-node", sizeof("fault-node")));
-        store.release(store.ctx);
+        publish("old/host/1", "fault-node", sizeof("fault-node"));
         return;
     }
     smddp_comm_t comm = NULL;

@@ -68,12 +68,7 @@ static smddp_status_t allreduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
     return in_ref || in_place_ref ? smddp__shm_step_wait(comm, op, h) : SMDDP_OK;
 }
 
-static bool within_half(const smddp__select_in_t *in)
-{
-    return in->bytes <= in->lim[SMDDP_LIM_HALF];
-}
-
 static const char *const oneshot_in_pools[] = {"one-shot in pools", NULL};
 
-SMDDP_SHM_ALGO(allreduce_oneshot, "one-shot", ALLREDUCE, within_half, allreduce_oneshot,
+SMDDP_SHM_ALGO(allreduce_oneshot, "one-shot", ALLREDUCE, smddp__within_half, allreduce_oneshot,
                oneshot_in_pools, "each rank stages its input once and reduces all of them");

@@ -33,10 +33,5 @@ static smddp_status_t reduce_oneshot(smddp_comm_t comm, smddp__op_t *op)
     return SMDDP_OK;
 }
 
-static bool within_half(const smddp__select_in_t *in)
-{
-    return in->bytes <= in->lim[SMDDP_LIM_HALF];
-}
-
-SMDDP_SHM_ALGO(reduce_oneshot, "one-shot", REDUCE, within_half, reduce_oneshot, NULL,
+SMDDP_SHM_ALGO(reduce_oneshot, "one-shot", REDUCE, smddp__within_half, reduce_oneshot, NULL,
                "the others stage their inputs once; the root reduces all of them");

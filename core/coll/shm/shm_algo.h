@@ -40,6 +40,12 @@ static inline bool smddp__ll_fits(const smddp__select_in_t *in)
     return in->bytes > 0 && in->bytes <= in->lim[SMDDP_LIM_LL];
 }
 
+/* can_run of the one-shot algorithms: a payload that fits one staging half. */
+static inline bool smddp__within_half(const smddp__select_in_t *in)
+{
+    return in->bytes <= in->lim[SMDDP_LIM_HALF];
+}
+
 /* Two-shot allreduce (allreduce_twoshot.c); with root_lr >= 0 only that local rank copies out. */
 smddp_status_t smddp__shm_twoshot(smddp_comm_t comm, smddp__op_t *op, int root_lr);
 
