@@ -112,13 +112,11 @@ static smddp_status_t discover(smddp_comm_t comm)
     smddp_status_t st = smddp__topo_discover(comm, record, &records);
     free(record);
     SMDDP_CHECK(st);
-    st = smddp__params_agree((const char *const *)records, comm->size, comm->params);
+    char why[SMDDP_ERRMSG_MAX];
+    st = smddp__params_agree((const char *const *)records, comm->size, comm->params, why,
+                             sizeof(why));
     smddp__topo_attached_free(records, comm->size);
-    if (st < 0) {
-        char msg[SMDDP_ERRMSG_MAX];
-        snprintf(msg, sizeof(msg), "%s", smddp__last_error());
-        return smddp__error(st, "communicator creation: %s", msg);
-    }
+    if (st < 0) return smddp__error(st, "communicator creation: %s", why);
     return SMDDP_OK;
 }
 

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -496,7 +497,19 @@ static void name_ranks(const char *const *records, int n, const char *name, cons
     if (more && len < cap) snprintf(out + len, cap - len, " and %d more", more);
 }
 
-smddp_status_t smddp__params_agree(const char *const *records, int n, smddp__params_t *out)
+/* SMDDP_ERR_MISMATCH, with what disagreed in why. */
+__attribute__((format(printf, 3, 4))) static smddp_status_t disagree(char *why, size_t cap,
+                                                                     const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, cap, fmt, ap);
+    va_end(ap);
+    return SMDDP_ERR_MISMATCH;
+}
+
+smddp_status_t smddp__params_agree(const char *const *records, int n, smddp__params_t *out,
+                                   char *why, size_t why_cap)
 {
     *out = *smddp__params();
     for (size_t i = 0; i < N_ROWS; i++) {
@@ -508,15 +521,15 @@ smddp_status_t smddp__params_agree(const char *const *records, int n, smddp__par
             size_t vlen = 0;
             const char *v = record_value(records[r], row->name, &vlen);
             if (!v || !v0)
-                return smddp__error_quiet(SMDDP_ERR_MISMATCH,
-                                    "rank %d does not report %s: every rank of a communicator "
-                                    "must run the same libsmddp", v ? 0 : r, row->name);
+                return disagree(why, why_cap,
+                                "rank %d does not report %s: every rank of a communicator must "
+                                "run the same libsmddp", v ? 0 : r, row->name);
             if (row->agree == SMDDP_AGREE_MATCH) {
                 if (vlen == len0 && !memcmp(v, v0, vlen)) continue;
                 char which[96];
                 name_ranks(records, n, row->name, v0, len0, which, sizeof(which));
-                return smddp__error_quiet(
-                    SMDDP_ERR_MISMATCH, "%s must be the same on every rank: rank 0 has \"%.*s\", "
+                return disagree(
+                    why, why_cap, "%s must be the same on every rank: rank 0 has \"%.*s\", "
                     "rank %d has \"%.*s\" (ranks that differ from rank 0: %s)", row->name,
                     (int)SMDDP_MIN(len0, (size_t)200), v0, r, (int)SMDDP_MIN(vlen, (size_t)200),
                     v, which);
@@ -526,8 +539,8 @@ smddp_status_t smddp__params_agree(const char *const *records, int n, smddp__par
             smddp__params_t theirs;
             snprintf(text, sizeof(text), "%.*s", (int)SMDDP_MIN(vlen, sizeof(text) - 1), v);
             if (row->type != P_SIZE || parse_into(&theirs, row, text) != 0)
-                return smddp__error_quiet(SMDDP_ERR_MISMATCH, "rank %d reports %s=\"%s\", which "
-                                          "this rank cannot read", r, row->name, text);
+                return disagree(why, why_cap, "rank %d reports %s=\"%s\", which this rank "
+                                "cannot read", r, row->name, text);
             int64_t *mine = (int64_t *)((char *)out + row->offset);
             int64_t other = *(const int64_t *)((const char *)&theirs + row->offset);
             *mine = row->agree == SMDDP_AGREE_MIN ? SMDDP_MIN(*mine, other)

@@ -101,10 +101,12 @@ size_t smddp__params_agree_record(char *buf, size_t cap);
  * Applies the agreement column to every rank's record (records[r] from rank
  * r, n ranks): a setting that must match and differs fails with
  * SMDDP_ERR_MISMATCH, naming it, rank 0's value, the first other value and
- * the ranks that differ; the others take the smallest or largest value. *out:
- * this process's settings with that applied. Every rank reaches the same
- * verdict from the same records.
+ * the ranks that differ, in why (why_cap bytes; the last error is left as it
+ * was); the others take the smallest or largest value. *out: this process's
+ * settings with that applied. Every rank reaches the same verdict from the
+ * same records.
  */
-smddp_status_t smddp__params_agree(const char *const *records, int n, smddp__params_t *out);
+smddp_status_t smddp__params_agree(const char *const *records, int n, smddp__params_t *out,
+                                   char *why, size_t why_cap);
 
 #endif /* SMDDP_CORE_PARAM_H */

@@ -548,8 +548,9 @@ static void test_agreement(void **state)
                      record_with("SMDDP_NET_ALGO=flat"), record_with(NULL),
                      record_with("SMDDP_NET_ALGO=hier")};
     smddp__params_t out;
-    assert_int_equal(smddp__params_agree((const char *const *)recs, 5, &out), SMDDP_ERR_MISMATCH);
-    const char *msg = smddp__last_error();
+    char msg[SMDDP_ERRMSG_MAX];
+    assert_int_equal(smddp__params_agree((const char *const *)recs, 5, &out, msg, sizeof(msg)),
+                     SMDDP_ERR_MISMATCH);
     static const char *const says[] = {"SMDDP_NET_ALGO must be the same on every rank",
                                        "rank 0 has \"auto\"", "rank 2 has \"flat\"",
                                        "differ from rank 0: 2, 4)"};
@@ -561,7 +562,8 @@ static void test_agreement(void **state)
     char *sized[3] = {record_with("SMDDP_SHM_BUFFER_SIZE=4M SMDDP_SHM_LL_MAX=4096"),
                       record_with("SMDDP_SHM_BUFFER_SIZE=4194304 SMDDP_SHM_CMA_MIN=64K"),
                       record_with("SMDDP_SHM_CMA_MAX=1M SMDDP_SHM_LL_MAX=2K")};
-    assert_int_equal(smddp__params_agree((const char *const *)sized, 3, &out), SMDDP_OK);
+    assert_int_equal(smddp__params_agree((const char *const *)sized, 3, &out, msg, sizeof(msg)),
+                     SMDDP_OK);
     assert_int_equal(out.shm_ll_max, 2048);
     assert_int_equal(out.shm_cma_min, 65536);
     assert_int_equal(out.shm_cma_max, 1 << 20);
@@ -571,9 +573,9 @@ static void test_agreement(void **state)
 
     /* SMDDP_ALGO's rules, compared as text. */
     char *rules[2] = {record_with("SMDDP_ALGO=allreduce:two-shot"), record_with(NULL)};
-    assert_int_equal(smddp__params_agree((const char *const *)rules, 2, &out), SMDDP_ERR_MISMATCH);
-    if (!strstr(smddp__last_error(), "rank 0 has \"allreduce:two-shot\", rank 1 has \"\""))
-        fail_msg("%s", smddp__last_error());
+    assert_int_equal(smddp__params_agree((const char *const *)rules, 2, &out, msg, sizeof(msg)),
+                     SMDDP_ERR_MISMATCH);
+    if (!strstr(msg, "rank 0 has \"allreduce:two-shot\", rank 1 has \"\"")) fail_msg("%s", msg);
     for (int r = 0; r < 2; r++) free(rules[r]);
 }
 
