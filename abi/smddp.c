@@ -11,8 +11,7 @@
 
 #include "bootstrap.h"
 #include "comm.h"
-#include "cuda/coll_cuda.h"
-#include "cuda/stage.h"
+#include "cuda/cuda.h"
 #include "exec.h"
 #include "fail.h"
 #include "param.h"
@@ -178,7 +177,8 @@ smddp_status_t smddp_comm_status(smddp_comm_t comm)
 {
     if (!comm) return INVALID(NULL, "smddp_comm_status: comm is NULL");
     /* A CUDA collective kernel that gave up after its host returned fails the communicator here. */
-    if (!atomic_load(&comm->aborted) && smddp__cuda_status(comm) == SMDDP_OK) return SMDDP_OK;
+    const smddp__cuda_calls_t *cuda = smddp__cuda_calls();
+    if (!atomic_load(&comm->aborted) && (!cuda || cuda->status(comm) == SMDDP_OK)) return SMDDP_OK;
     return comm->abort_status < 0 ? comm->abort_status : SMDDP_ERR_ABORTED;
 }
 
@@ -269,7 +269,8 @@ smddp_status_t smddp_test(smddp_request_t req)
 
 int smddp_request_enqueued(smddp_request_t req)
 {
-    return req ? smddp__cuda_stage_enqueued(req) : 0;
+    const smddp__cuda_calls_t *cuda = smddp__cuda_calls();
+    return req && cuda ? cuda->stage_enqueued(req) : 0;
 }
 
 smddp_status_t smddp_request_source(smddp_request_t req, int *rank)

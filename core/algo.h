@@ -13,7 +13,7 @@
 typedef enum smddp__path {
     SMDDP_PATH_SHM,         /* host memory, one node: shared memory (coll/shm/) */
     SMDDP_PATH_NET,         /* host memory across nodes (coll/net/: flat; coll/hier/: hierarchical) */
-    SMDDP_PATH_CUDA_IPC,    /* CUDA memory, one node: CUDA IPC (cuda/coll_cuda.c) */
+    SMDDP_PATH_CUDA_IPC,    /* CUDA memory, one node: CUDA IPC (cuda/ipc.c) */
     SMDDP_PATH_CUDA_STAGED, /* CUDA memory through pinned host memory (cuda/stage.c) */
     SMDDP_PATH_NCCL,        /* CUDA memory through an NCCL communicator (cuda/nccl.c) */
     SMDDP_PATH_COUNT

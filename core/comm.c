@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "comm.h"
-#include "cuda/coll_cuda.h"
+#include "cuda/ipc.h"
 #include "cuda/nccl.h"
 #include "cuda/stage.h"
 #include "fail.h"
@@ -48,40 +48,35 @@ static void comm_free(smddp_comm_t comm)
     pthread_mutex_destroy(&comm->lock);
     pthread_mutex_destroy(&comm->exec_lock);
     pthread_mutex_destroy(&comm->err_lock);
-    pthread_mutex_destroy(&comm->stage_lock);
     pthread_cond_destroy(&comm->cond);
     free(comm);
 }
 
 /*
- * What a communicator holds open, in the order it sets them up; teardown
- * runs the list backwards, on destroy and on a creation that failed part
- * way, so every teardown is safe for what was never set up. The CUDA ones
- * are set up by the first collective that needs them.
+ * What a communicator holds open (transport/transport.h), in the order it
+ * sets them up; teardown runs the list backwards, on destroy and on a
+ * creation that failed part way. The network registers the segment; the
+ * watch says goodbye before anything else closes. CUDA's are in the list
+ * only in a build with CUDA.
  */
-typedef struct transport {
-    const char *name;
-    bool across_nodes; /* only in a communicator that spans nodes */
-    smddp_status_t (*setup)(smddp_comm_t comm); /* NULL: set up on first use */
-    void (*teardown)(smddp_comm_t comm);
-} transport_t;
-
-static const transport_t transports[] = {
-    {"shared memory", false, smddp__shm_setup, smddp__shm_teardown},
-    {"pools", false, smddp__pool_setup, smddp__pool_teardown}, /* inside the segment */
-    {"cross-memory attach", false, smddp__cma_setup, NULL},
-    {"network", true, smddp__net_open, smddp__net_close}, /* registers the segment */
-    {"CUDA IPC", false, NULL, smddp__cuda_teardown},
-    {"CUDA staging", false, NULL, smddp__cuda_stage_teardown},
-    {"NCCL", false, NULL, smddp__nccl_teardown},
-    {"liveness watch", true, smddp__watch_open, smddp__watch_close}, /* says goodbye first */
+static const smddp__transport_t *const transports[] = {
+    &smddp__shm_transport,
+    &smddp__pool_transport, /* inside the segment */
+    &smddp__cma_transport,
+    &smddp__net_endpoints,
+#if SMDDP_HAVE_CUDA
+    &smddp__cuda_ipc_transport,
+    &smddp__cuda_stage_transport,
+    &smddp__nccl_transport,
+#endif
+    &smddp__watch_transport,
 };
 enum { N_TRANSPORTS = sizeof(transports) / sizeof(transports[0]) };
 
 static smddp_status_t transports_setup(smddp_comm_t comm)
 {
     for (int i = 0; i < N_TRANSPORTS; i++) {
-        const transport_t *t = &transports[i];
+        const smddp__transport_t *t = transports[i];
         if (!t->setup || (t->across_nodes && comm->node_count == 1)) continue;
         SMDDP_TRACE("rank %d: setting up %s", comm->rank, t->name);
         SMDDP_CHECK(t->setup(comm));
@@ -92,7 +87,7 @@ static smddp_status_t transports_setup(smddp_comm_t comm)
 static void transports_teardown(smddp_comm_t comm)
 {
     for (int i = N_TRANSPORTS - 1; i >= 0; i--)
-        if (transports[i].teardown) transports[i].teardown(comm);
+        if (transports[i]->teardown) transports[i]->teardown(comm);
 }
 
 /*
@@ -143,11 +138,12 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     smddp__verdicts_init(&comm->verdicts);
     comm->store = store;
     comm->poll_abort = smddp__comm_poll_remote_abort;
+    comm->transports = transports;
+    comm->n_transports = N_TRANSPORTS;
     snprintf(comm->prefix, sizeof(comm->prefix), "%s", prefix);
     pthread_mutex_init(&comm->lock, NULL);
     pthread_mutex_init(&comm->exec_lock, NULL);
     pthread_mutex_init(&comm->err_lock, NULL);
-    pthread_mutex_init(&comm->stage_lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
     atomic_init(&comm->aborted, 0);
     comm->seen_dead = calloc((size_t)size, sizeof(*comm->seen_dead));

@@ -36,7 +36,6 @@ typedef struct smddp__shm smddp__shm_t;
 typedef struct smddp__p2p smddp__p2p_t;
 typedef struct smddp__net_ep smddp__net_ep_t;
 typedef struct smddp__watch smddp__watch_t;
-typedef struct smddp__stage smddp__stage_t;
 
 struct smddp_comm {
     int rank;
@@ -73,6 +72,12 @@ struct smddp_comm {
     int n_algo_rules;
 
     smddp__store_ref_t *store;
+    /*
+     * What the communicator holds open (transport/transport.h), in comm.c's
+     * order: smddp__comm_abort tells each of them.
+     */
+    const struct smddp__transport *const *transports;
+    int n_transports;
     smddp__shm_t *shm;
     smddp__p2p_t *p2p;       /* send/recv engine, started on first use */
     /* The network transport (transport/net.h), when the comm spans nodes, and its endpoints. */
@@ -93,16 +98,16 @@ struct smddp_comm {
      */
     void *scratch[SMDDP_SCRATCH_SLOTS];
     size_t scratch_len[SMDDP_SCRATCH_SLOTS];
-    struct smddp__cuda *cuda; /* CUDA IPC state, set up by the first CUDA collective */
     /*
-     * The abort word this rank's CUDA collective kernels poll (host memory
-     * mapped into the device; cuda/ksync.h), or NULL: smddp__comm_abort sets
-     * it so that kernels waiting for peers give up. Guarded by err_lock.
+     * CUDA's transports (cuda/cuda.h), each with its state in its own
+     * struct: CUDA IPC, set up by the first CUDA collective (written under
+     * err_lock, so that an abort finds its kernels); the idle pinned staging
+     * buffers; NCCL's communicator, created by the first collective routed
+     * to it.
      */
-    uint32_t *cuda_abort;
-    struct ncclComm *nccl;   /* NCCL communicator, created by the first collective routed to it */
-    struct smddp__stage *stage_pool; /* idle pinned staging buffers, guarded by stage_lock */
-    pthread_mutex_t stage_lock;
+    struct smddp__cuda *cuda;
+    struct smddp__stage_pool *stages;
+    struct ncclComm *nccl;
 
     /* Scheduler: the queue, guarded by lock; exec_lock is held by whoever runs ops. */
     pthread_mutex_t lock;

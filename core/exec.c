@@ -9,10 +9,9 @@
 
 #include "coll/coll.h"
 #include "coll/net/ring.h"
-#include "cuda/coll_cuda.h"
+#include "cuda/cuda.h"
 #include "cuda/kernels.h"
 #include "cuda/nccl.h"
-#include "cuda/stage.h"
 #include "exec.h"
 #include "param.h"
 #include "progress.h"
@@ -92,7 +91,14 @@ smddp__choice_t smddp__choose(smddp_comm_t comm, const smddp__op_t *op)
 
 smddp_status_t smddp__route_check_cuda(smddp_comm_t comm, smddp__op_kind_t kind, const char *fn)
 {
-    SMDDP_CHECK(smddp__cuda_usable(fn));
+    const smddp__cuda_calls_t *cuda = smddp__cuda_calls();
+    if (!cuda)
+        return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
+                            "%s: SMDDP_MEM_CUDA given, but this libsmddp was built without CUDA "
+                            "(nvcc was not found at build time); pass host memory or rebuild with "
+                            "-Dcuda=enabled",
+                            fn);
+    SMDDP_CHECK(cuda->usable(fn));
     const char *why = NULL;
     smddp__cuda_net_t net = smddp__params()->cuda_net;
     if (comm->node_count > 1 && net == SMDDP_CUDA_NET_NCCL && !smddp__nccl(&why))
@@ -135,7 +141,7 @@ void smddp__route_agreed(smddp_comm_t comm, int32_t everywhere, const char *why_
 smddp_status_t smddp__route_prepare(smddp_comm_t comm, smddp__op_t *op)
 {
     if (smddp__choose(comm, op).path != SMDDP_PATH_CUDA_STAGED) return SMDDP_OK;
-    return smddp__cuda_stage_prepare(comm, op);
+    return smddp__cuda_calls()->stage_prepare(comm, op);
 }
 
 /* ---- in the op's turn ------------------------------------------------------------ */
@@ -178,13 +184,17 @@ static smddp_status_t run_host(smddp_comm_t comm, smddp__op_t *op)
     return run_host_choice(comm, op, &c);
 }
 
-/* An op in its turn, on the path and with the algorithm the selection gives it. */
+/*
+ * An op in its turn, on the path and with the algorithm the selection gives
+ * it. The CUDA paths are taken only by ops on device memory, which a build
+ * without CUDA refused at issue (smddp__route_check_cuda).
+ */
 static smddp_status_t run(smddp_comm_t comm, smddp__op_t *op)
 {
     /* A staged op's stream work was enqueued at issue (smddp__route_prepare). */
     if (op->stage) {
         op->path = smddp__path_name(SMDDP_PATH_CUDA_STAGED);
-        return smddp__cuda_stage_run(comm, op, run_host);
+        return smddp__cuda_calls()->stage_run(comm, op, run_host);
     }
     smddp__choice_t c = smddp__choose(comm, op);
     switch (c.path) {
@@ -200,7 +210,7 @@ static smddp_status_t run(smddp_comm_t comm, smddp__op_t *op)
         if (!(atomic_fetch_or(&said, bit) & bit))
             SMDDP_INFO("CUDA %s goes to NCCL: %s (said once)", smddp__op_kind_name(op->kind),
                        c.why);
-        return smddp__cuda_execute(comm, op, c.algo->run, false);
+        return smddp__cuda_calls()->execute(comm, op, c.algo->run, false);
     }
     case SMDDP_PATH_CUDA_IPC:
         op->path = path_name(&c);
@@ -209,7 +219,7 @@ static smddp_status_t run(smddp_comm_t comm, smddp__op_t *op)
                                 comm->rank, smddp__op_kind_name(op->kind));
         op->algo = c.algo->name;
         trace_choice(comm, op, &c);
-        return smddp__cuda_execute(comm, op, c.algo->run, true);
+        return smddp__cuda_calls()->execute(comm, op, c.algo->run, true);
     case SMDDP_PATH_CUDA_STAGED:
     case SMDDP_PATH_COUNT:
         break;

@@ -17,6 +17,7 @@
 #include "param.h"
 #include "progress.h"
 #include "trace.h"
+#include "transport/transport.h"
 #include "transport/shm.h"
 #include "transport/watch.h"
 
@@ -72,12 +73,11 @@ void smddp__comm_abort(smddp_comm_t comm, smddp_status_t status, const char *msg
         comm->abort_status = status;
         atomic_store(&comm->aborted, 1);
     }
-    if (comm->cuda_abort) __atomic_store_n(comm->cuda_abort, 1u, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&comm->err_lock);
     char shared[SMDDP_ERRMSG_MAX];
     snprintf(shared, sizeof(shared), "%s", comm->abort_msg);
-    smddp__shm_abort(comm, shared);
-    smddp__pool_abandon(comm);
+    for (int i = 0; i < comm->n_transports; i++)
+        if (comm->transports[i]->abort) comm->transports[i]->abort(comm, shared);
     if (first && comm->trace && smddp__params()->trace_dir[0]) dump_on_failure(comm);
 }
 

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cuda/stage.h"
+#include "cuda/cuda.h"
 #include "fail.h"
 #include "request.h"
 #include "trace.h"
@@ -57,7 +57,7 @@ smddp__op_t *smddp__op_make(smddp_comm_t comm, smddp__op_kind_t kind, const void
 void smddp__request_unref(smddp__op_t *op)
 {
     if (atomic_fetch_sub(&op->refs, 1) == 1) {
-        if (op->stage) (void)smddp__cuda_stage_finish(op, SMDDP_ERR_ABORTED); /* dropped unrun */
+        if (op->stage) (void)smddp__cuda_calls()->stage_finish(op, SMDDP_ERR_ABORTED); /* unrun */
         free(op->v);
         free(op->errmsg);
         free(op);
@@ -78,8 +78,8 @@ const char *smddp__op_errmsg(const smddp__op_t *op)
 
 void smddp__op_complete(smddp__op_t *op, smddp_status_t st)
 {
-    /* The stream must never wait for an op that has ended. */
-    if (op->stage) st = smddp__cuda_stage_finish(op, st);
+    /* The stream must never wait for an op that has ended (op->stage: CUDA staged it). */
+    if (op->stage) st = smddp__cuda_calls()->stage_finish(op, st);
     op->status = st;
     if (st < 0) {
         smddp__op_keep_error(op);

@@ -35,7 +35,7 @@
 #include <strings.h>
 
 #include "coll/coll.h"
-#include "cuda/coll_cuda.h"
+#include "cuda/ipc.h"
 #include "cuda/nccl.h"
 #include "select.h"
 #include "transport/shm.h"

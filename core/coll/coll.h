@@ -43,5 +43,10 @@ extern const smddp__algo_t smddp__algo_net_allreduce_ring, smddp__algo_net_reduc
 extern const smddp__algo_t smddp__algo_hier_allreduce, smddp__algo_hier_allreduce_leader,
     smddp__algo_hier_reduce, smddp__algo_hier_reduce_leader, smddp__algo_hier_reduce_scatter,
     smddp__algo_hier_allgather, smddp__algo_hier_broadcast, smddp__algo_hier_barrier;
+#if SMDDP_HAVE_CUDA
+extern const smddp__algo_t smddp__algo_cuda_allreduce, smddp__algo_cuda_reduce,
+    smddp__algo_cuda_broadcast, smddp__algo_cuda_allgather, smddp__algo_cuda_gather,
+    smddp__algo_cuda_reduce_scatter, smddp__algo_cuda_alltoall, smddp__algo_cuda_scatter;
+#endif
 
 #endif /* SMDDP_CORE_COLL_H */

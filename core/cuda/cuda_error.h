@@ -1,5 +1,5 @@
 /*
- * What coll_cuda.c and kernel_sync.c share about the CUDA runtime: a CUDA
+ * What ipc.c and kernel_sync.c share about the CUDA runtime: a CUDA
  * error as an smddp error (the call that failed, the error's name and
  * text), and the thread's graph-capture mode relaxed around calls a
  * capture in global mode forbids. Only built with CUDA.

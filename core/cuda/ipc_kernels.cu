@@ -12,7 +12,7 @@
  * allgather copies every rank's scratch into its row of the output. The
  * arithmetic is elem.cuh's, so the results are the CPU kernels' bits.
  *
- * A launch has at most smddp__ks_comm_t::max_blocks blocks (coll_cuda.c:
+ * A launch has at most smddp__ks_comm_t::max_blocks blocks (ipc.c:
  * half the SMs of the smallest GPU, divided among the ranks sharing one),
  * and one block fits per SM, so every block of a launch is resident at once
  * and a block never waits for one that cannot start, even beside another

@@ -1,7 +1,7 @@
 /*
  * The collective kernels that read peers' scratch through CUDA IPC and
  * synchronise on the device (ipc_kernels.cu; the protocol is ksync.h's).
- * Only built when meson finds nvcc; core/cuda/coll_cuda.c is the caller.
+ * Only built when meson finds nvcc; core/cuda/ipc.c is the caller.
  */
 #ifndef SMDDP_CORE_CUDA_IPC_KERNELS_H
 #define SMDDP_CORE_CUDA_IPC_KERNELS_H

@@ -223,10 +223,11 @@ void smddp__ksync_attach(smddp_comm_t comm, smddp__ksync_t *k, char *const *regi
     k->ks.rank = comm->local_rank;
     k->ks.nranks = comm->local_size;
     k->ks.max_blocks = max_blocks;
-    pthread_mutex_lock(&comm->err_lock);
-    comm->cuda_abort = &k->ctl->abort;
-    if (atomic_load(&comm->aborted)) k->ctl->abort = 1;
-    pthread_mutex_unlock(&comm->err_lock);
+}
+
+void smddp__ksync_abort(smddp__ksync_t *k)
+{
+    if (k->ctl) __atomic_store_n(&k->ctl->abort, 1u, __ATOMIC_RELEASE);
 }
 
 /* Why this rank's kernels gave up, in words (the control block says they did). */
@@ -415,9 +416,6 @@ void smddp__ksync_release(smddp_comm_t comm, smddp__ksync_t *k)
         k->side = NULL;
     }
     if (k->ctl) {
-        pthread_mutex_lock(&comm->err_lock);
-        if (comm->cuda_abort == &k->ctl->abort) comm->cuda_abort = NULL;
-        pthread_mutex_unlock(&comm->err_lock);
         cudaFreeHost(k->ctl);
         k->ctl = NULL;
     }

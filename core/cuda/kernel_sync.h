@@ -3,7 +3,7 @@
  * reduce-scatter and allgather inside a node as launches of ipc_kernels.cu,
  * which meet their peers through flags in device memory (ksync.h). Each
  * rank's region (flags, launch counters, scratch) lies in the allocation
- * coll_cuda.c shares through CUDA IPC, after the staging halves; coll_cuda.c
+ * ipc.c shares through CUDA IPC, after the staging halves; ipc.c
  * sets it up, maps the peers' and calls in here. Only built with CUDA.
  */
 #ifndef SMDDP_CORE_CUDA_KERNEL_SYNC_H
@@ -60,11 +60,18 @@ smddp_status_t smddp__ksync_prepare(smddp_comm_t comm, smddp__ksync_t *k, void *
 
 /*
  * Once every peer's region is mapped (regions[q], this rank's own at
- * local_rank): the kernels' view of them, and the abort word handed to
- * smddp__comm_abort. max_blocks is the grid limit every rank agreed.
+ * local_rank): the kernels' view of them. max_blocks is the grid limit
+ * every rank agreed.
  */
 void smddp__ksync_attach(smddp_comm_t comm, smddp__ksync_t *k, char *const *regions,
                          int max_blocks);
+
+/*
+ * Tells this rank's kernels that wait for peers to give up (the abort word
+ * they poll, in mapped host memory): the communicator was aborted. Any
+ * thread, while the control block exists.
+ */
+void smddp__ksync_abort(smddp__ksync_t *k);
 
 /* The kernels' verdict on this rank's earlier launches: an error once they gave up. */
 smddp_status_t smddp__ksync_check(smddp_comm_t comm, const smddp__ksync_t *k);
@@ -78,7 +85,7 @@ smddp_status_t smddp__ksync_allgather(smddp_comm_t comm, smddp__ksync_t *k, smdd
  * Waits for this rank's launches (each ends within SMDDP_TIMEOUT), says so
  * if they gave up, frees the control block and the event; the region's
  * device is current. The region
- * itself belongs to coll_cuda.c's allocation.
+ * itself belongs to ipc.c's allocation.
  */
 void smddp__ksync_release(smddp_comm_t comm, smddp__ksync_t *k);
 

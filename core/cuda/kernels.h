@@ -1,7 +1,7 @@
 /*
  * The CUDA side of the core (kernels.cu, compiled by nvcc), behind a C
  * interface: reduction kernels for every dtype and op, launched on a stream.
- * Only built when meson finds nvcc; core/cuda/coll_cuda.c is the only caller.
+ * Only built when meson finds nvcc; core/cuda/ipc.c is the only caller.
  */
 #ifndef SMDDP_CORE_CUDA_KERNELS_H
 #define SMDDP_CORE_CUDA_KERNELS_H

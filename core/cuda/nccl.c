@@ -342,7 +342,7 @@ smddp_status_t smddp__nccl_execute(smddp_comm_t comm, smddp__op_t *op)
     return (smddp_status_t)res;
 }
 
-void smddp__nccl_teardown(smddp_comm_t comm)
+static void nccl_teardown(smddp_comm_t comm)
 {
     if (!comm->nccl) return;
     if (atomic_load(&comm->aborted))
@@ -351,3 +351,6 @@ void smddp__nccl_teardown(smddp_comm_t comm)
         api.CommDestroy(comm->nccl);
     comm->nccl = NULL;
 }
+
+/* Created by the first collective routed to NCCL (smddp__nccl_execute), not at creation. */
+const smddp__transport_t smddp__nccl_transport = {"NCCL", false, NULL, nccl_teardown, NULL};

@@ -12,6 +12,7 @@
 #define SMDDP_CORE_CUDA_NCCL_H
 
 #include "../comm.h"
+#include "../transport/transport.h"
 
 typedef struct smddp__nccl_id {
     char internal[128];
@@ -73,7 +74,7 @@ bool smddp__nccl_has_op(const smddp__op_t *op);
  */
 smddp_status_t smddp__nccl_execute(smddp_comm_t comm, smddp__op_t *op);
 
-/* Destroys the NCCL communicator, if any (aborts it after a failure). */
-void smddp__nccl_teardown(smddp_comm_t comm);
+/* comm->nccl; teardown destroys it, if any (aborts it after a failure). */
+extern const smddp__transport_t smddp__nccl_transport;
 
 #endif /* SMDDP_CORE_CUDA_NCCL_H */

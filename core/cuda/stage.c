@@ -52,6 +52,14 @@
 
 #include "kernels.h"
 
+typedef struct smddp__stage smddp__stage_t;
+
+/* The idle buffers of a communicator (comm->stages), each kept for the next op. */
+struct smddp__stage_pool {
+    pthread_mutex_t lock;
+    smddp__stage_t *idle;
+};
+
 struct smddp__stage {
     struct smddp__stage *next; /* in the pool */
     int device;
@@ -135,14 +143,15 @@ static smddp_status_t stage_get(smddp_comm_t comm, int device, size_t cap, int n
                                 smddp__stage_t **out)
 {
     smddp__stage_t *s = NULL;
-    pthread_mutex_lock(&comm->stage_lock);
-    for (smddp__stage_t **pp = &comm->stage_pool; *pp; pp = &(*pp)->next)
+    struct smddp__stage_pool *pool = comm->stages;
+    pthread_mutex_lock(&pool->lock);
+    for (smddp__stage_t **pp = &pool->idle; *pp; pp = &(*pp)->next)
         if ((*pp)->device == device && (*pp)->cap >= cap) {
             s = *pp;
             *pp = s->next;
             break;
         }
-    pthread_mutex_unlock(&comm->stage_lock);
+    pthread_mutex_unlock(&pool->lock);
     if (!s) {
         s = calloc(1, sizeof(*s));
         if (!s) return smddp__error(SMDDP_ERR_NO_MEMORY, "out of memory");
@@ -193,10 +202,11 @@ static smddp_status_t stage_get(smddp_comm_t comm, int device, size_t cap, int n
 
 static void stage_put(smddp_comm_t comm, smddp__stage_t *s)
 {
-    pthread_mutex_lock(&comm->stage_lock);
-    s->next = comm->stage_pool;
-    comm->stage_pool = s;
-    pthread_mutex_unlock(&comm->stage_lock);
+    struct smddp__stage_pool *pool = comm->stages;
+    pthread_mutex_lock(&pool->lock);
+    s->next = pool->idle;
+    pool->idle = s;
+    pthread_mutex_unlock(&pool->lock);
 }
 
 /* Enqueues the stream's part; see the top of the file. A receive's comes at finish. */
@@ -447,53 +457,31 @@ smddp_status_t smddp__cuda_stage_ready(smddp__op_t *op)
     return st;
 }
 
-void smddp__cuda_stage_teardown(smddp_comm_t comm)
+static smddp_status_t stage_setup(smddp_comm_t comm)
 {
-    pthread_mutex_lock(&comm->stage_lock);
-    smddp__stage_t *s = comm->stage_pool;
-    comm->stage_pool = NULL;
-    pthread_mutex_unlock(&comm->stage_lock);
+    struct smddp__stage_pool *pool = calloc(1, sizeof(*pool));
+    if (!pool) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the CUDA staging pool");
+    pthread_mutex_init(&pool->lock, NULL);
+    comm->stages = pool;
+    return SMDDP_OK;
+}
+
+static void stage_teardown(smddp_comm_t comm)
+{
+    struct smddp__stage_pool *pool = comm->stages;
+    if (!pool) return;
+    smddp__stage_t *s = pool->idle;
     while (s) {
         smddp__stage_t *next = s->next;
         stage_free(s);
         s = next;
     }
+    pthread_mutex_destroy(&pool->lock);
+    free(pool);
+    comm->stages = NULL;
 }
 
-#else /* !SMDDP_HAVE_CUDA */
+const smddp__transport_t smddp__cuda_stage_transport = {"CUDA staging", false, stage_setup,
+                                                        stage_teardown, NULL};
 
-smddp_status_t smddp__cuda_stage_prepare(smddp_comm_t comm, smddp__op_t *op)
-{
-    (void)comm;
-    (void)op;
-    return SMDDP_OK;
-}
-
-smddp_status_t smddp__cuda_stage_run(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn host)
-{
-    (void)op;
-    (void)host;
-    return smddp__error(SMDDP_ERR_INTERNAL, "rank %d: staged CUDA op without CUDA", comm->rank);
-}
-
-smddp_status_t smddp__cuda_stage_finish(smddp__op_t *op, smddp_status_t st)
-{
-    (void)op;
-    return st;
-}
-
-int smddp__cuda_stage_enqueued(const smddp__op_t *op)
-{
-    (void)op;
-    return 0;
-}
-
-smddp_status_t smddp__cuda_stage_ready(smddp__op_t *op)
-{
-    (void)op;
-    return SMDDP_OK;
-}
-
-void smddp__cuda_stage_teardown(smddp_comm_t comm) { (void)comm; }
-
-#endif
+#endif /* SMDDP_HAVE_CUDA */

@@ -2,12 +2,14 @@
  * CUDA collectives across nodes staged through pinned host memory (stage.c):
  * the stream's copies and waits are enqueued when the op is issued, the host
  * collective runs in the op's turn, and chunks are handed back to the stream
- * as they finish.
+ * as they finish. In a build with CUDA; the rest of the core reaches these
+ * through cuda.h's table.
  */
 #ifndef SMDDP_CORE_CUDA_STAGE_H
 #define SMDDP_CORE_CUDA_STAGE_H
 
 #include "../comm.h"
+#include "../transport/transport.h"
 
 /*
  * At issue, on the caller's thread, before smddp__submit, for an op the
@@ -40,7 +42,7 @@ int smddp__cuda_stage_enqueued(const smddp__op_t *op);
  */
 smddp_status_t smddp__cuda_stage_ready(smddp__op_t *op);
 
-/* Frees the pooled buffers (destroy). */
-void smddp__cuda_stage_teardown(smddp_comm_t comm);
+/* The pool of idle pinned buffers (comm->stages): set up at creation, freed at destroy. */
+extern const smddp__transport_t smddp__cuda_stage_transport;
 
 #endif /* SMDDP_CORE_CUDA_STAGE_H */

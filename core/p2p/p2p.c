@@ -43,7 +43,7 @@
 #include <time.h>
 
 #include "../transport/shm.h"
-#include "../cuda/stage.h"
+#include "../cuda/cuda.h"
 #include "../fail.h"
 #include "../param.h"
 #include "../request.h"
@@ -480,7 +480,7 @@ static void *p2p_main(void *arg)
              * A send of CUDA memory waits for its copy to the host; what was
              * issued after it waits too, so that order is kept.
              */
-            smddp_status_t ready = op->stage ? smddp__cuda_stage_ready(op) : SMDDP_OK;
+            smddp_status_t ready = op->stage ? smddp__cuda_calls()->stage_ready(op) : SMDDP_OK;
             if (ready == SMDDP_IN_PROGRESS) break;
             p->incoming = op->next;
             op->next = NULL;

@@ -54,6 +54,9 @@ void smddp__net_close(smddp_comm_t comm)
     comm->net = NULL;
 }
 
+const smddp__transport_t smddp__net_endpoints = {"network", true, smddp__net_open,
+                                                 smddp__net_close, NULL};
+
 /* How often a wait looks at the deadline and the abort flag, in polls. */
 #define CHECK_EVERY 1024
 

@@ -17,6 +17,7 @@
 #define SMDDP_CORE_NET_H
 
 #include "../comm.h"
+#include "transport.h"
 
 /* One posted transfer, in the caller's memory until it is done or abandoned. */
 typedef struct smddp__xfer {
@@ -95,6 +96,8 @@ const smddp__net_transport_t *smddp__net_transport(void);
 smddp_status_t smddp__net_open(smddp_comm_t comm);
 /* Closes both endpoints and forgets the transport; safe when none is open. */
 void smddp__net_close(smddp_comm_t comm);
+/* comm.c's entry for the two: smddp__net_open and smddp__net_close. */
+extern const smddp__transport_t smddp__net_endpoints;
 /* Closes the send/recv endpoint only (the send/recv thread has stopped). */
 void smddp__net_close_p2p(smddp_comm_t comm);
 

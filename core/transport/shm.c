@@ -133,7 +133,7 @@ static smddp_status_t map_segment(smddp__shm_t *s, int fd)
     return SMDDP_OK;
 }
 
-smddp_status_t smddp__shm_setup(smddp_comm_t comm)
+static smddp_status_t shm_setup(smddp_comm_t comm)
 {
     const smddp__params_t *params = smddp__params();
     smddp_status_t st = SMDDP_OK;
@@ -248,7 +248,7 @@ fail:
     return st;
 }
 
-void smddp__shm_teardown(smddp_comm_t comm)
+static void shm_teardown(smddp_comm_t comm)
 {
     smddp__shm_t *s = comm->shm;
     if (!s) return;
@@ -261,7 +261,7 @@ void smddp__shm_teardown(smddp_comm_t comm)
     comm->shm = NULL;
 }
 
-void smddp__shm_abort(smddp_comm_t comm, const char *msg)
+static void shm_abort(smddp_comm_t comm, const char *msg)
 {
     smddp__shm_t *s = comm->shm;
     if (!s) return;
@@ -284,6 +284,9 @@ void smddp__shm_abort(smddp_comm_t comm, const char *msg)
         }
     }
 }
+
+const smddp__transport_t smddp__shm_transport = {"shared memory", false, shm_setup, shm_teardown,
+                                                 shm_abort};
 
 static bool pid_gone(pid_t pid)
 {

@@ -13,13 +13,15 @@
 #define SMDDP_CORE_SHM_H
 
 #include "../comm.h"
+#include "transport.h"
 
-/* Collective over the local ranks: creates/maps the segment, then unlinks it. */
-smddp_status_t smddp__shm_setup(smddp_comm_t comm);
-/* Marks this rank as gone (peers waiting for it fail) and unmaps. */
-void smddp__shm_teardown(smddp_comm_t comm);
-/* Tells every local peer that this communicator failed, with the message. */
-void smddp__shm_abort(smddp_comm_t comm, const char *msg);
+/*
+ * The segment (shm.c). setup, collective over the local ranks, creates or
+ * maps it, then unlinks it; teardown marks this rank as gone (peers waiting
+ * for it fail) and unmaps; abort tells every local peer that this
+ * communicator failed, with the message.
+ */
+extern const smddp__transport_t smddp__shm_transport;
 
 /* Increments this rank's counter, waking sleepers; returns the new value. */
 uint32_t smddp__shm_post(smddp_comm_t comm);
@@ -120,15 +122,14 @@ void *smddp__shm_meta(smddp_comm_t comm, int lr, int parity);
 
 /*
  * Pools (shm_pool.c): memory of this rank's that local peers map. setup
- * (collective over the local ranks, after smddp__shm_setup) creates this
+ * (collective over the local ranks, after the segment's) creates this
  * rank's and maps every peer's, or leaves every rank without one when some
- * cannot (a warning says why; creation goes on); teardown (before smddp__shm_teardown) unmaps
- * them, leaving this rank's pool to its live allocations.
+ * cannot (a warning says why; creation goes on); teardown (before the
+ * segment's) unmaps them, leaving this rank's pool to its live allocations;
+ * abort: peers may still write this rank's pool, so freed ranges are not
+ * reused.
  */
-smddp_status_t smddp__pool_setup(smddp_comm_t comm);
-void smddp__pool_teardown(smddp_comm_t comm);
-/* comm failed: peers may still write this rank's pool, so freed ranges are not reused. */
-void smddp__pool_abandon(smddp_comm_t comm);
+extern const smddp__transport_t smddp__pool_transport;
 /*
  * smddp__pool_alloc hands out a range (SMDDP_ERR_NOT_SUPPORTED without a
  * pool); smddp__pool_free takes it back, whichever communicator it came
@@ -165,13 +166,13 @@ void smddp__pool_peers(smddp_comm_t comm, const smddp__op_t *op, uint32_t tag,
 
 /*
  * Cross-memory attach (shm_cma.c): reading a local peer's memory with
- * process_vm_readv. setup (collective over the local ranks, after
- * smddp__shm_setup) finds out whether every local rank can read every
+ * process_vm_readv. setup (collective over the local ranks, after the
+ * segment's) finds out whether every local rank can read every
  * other, and leaves it off for all when one cannot (an INFO line says why).
  * smddp__cma_use: whether an allgather of `bytes` per rank reads peers'
  * inputs so (the same answer on every local rank).
  */
-smddp_status_t smddp__cma_setup(smddp_comm_t comm);
+extern const smddp__transport_t smddp__cma_transport;
 bool smddp__cma_use(smddp_comm_t comm, size_t bytes);
 /* The range cross-memory attach serves (allgather bytes per rank); false when it is off. */
 bool smddp__cma_range(smddp_comm_t comm, size_t *lo, size_t *hi);

@@ -98,7 +98,7 @@ static void probe_peers(smddp_comm_t comm, char *why, size_t cap)
     }
 }
 
-smddp_status_t smddp__cma_setup(smddp_comm_t comm)
+static smddp_status_t cma_setup(smddp_comm_t comm)
 {
     smddp__shm_t *s = comm->shm;
     const smddp__params_t *params = smddp__params();
@@ -165,6 +165,9 @@ smddp_status_t smddp__cma_setup(smddp_comm_t comm)
                comm->rank, s->cma_min, s->cma_max);
     return SMDDP_OK;
 }
+
+const smddp__transport_t smddp__cma_transport = {"cross-memory attach", false, cma_setup, NULL,
+                                                 NULL};
 
 bool smddp__cma_use(smddp_comm_t comm, size_t bytes)
 {

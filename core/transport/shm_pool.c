@@ -239,7 +239,7 @@ static smddp_status_t setup_failed(smddp_status_t st)
  * Pools are an optimisation: when they cannot be had on every local rank
  * alike, no rank has one (s->pool_off says why), and creation goes on.
  */
-smddp_status_t smddp__pool_setup(smddp_comm_t comm)
+static smddp_status_t pool_setup(smddp_comm_t comm)
 {
     smddp__shm_t *s = comm->shm;
     size_t size = align_up((size_t)smddp__params()->shm_pool, POOL_ALIGN);
@@ -326,19 +326,23 @@ out:
     return st;
 }
 
-void smddp__pool_teardown(smddp_comm_t comm)
+static void pool_teardown(smddp_comm_t comm)
 {
     if (comm->shm) unmap_all(comm, comm->shm);
 }
 
-void smddp__pool_abandon(smddp_comm_t comm)
+static void pool_abandon(smddp_comm_t comm, const char *msg)
 {
+    (void)msg;
     smddp__shm_t *s = comm->shm;
     if (!s || !s->pool) return;
     pthread_mutex_lock(&pools_lock);
     s->pool->abandoned = true;
     pthread_mutex_unlock(&pools_lock);
 }
+
+const smddp__transport_t smddp__pool_transport = {"pools", false, pool_setup, pool_teardown,
+                                                  pool_abandon};
 
 /*
  * Adds [off, off + len) to the holes, merged with those it overlaps or

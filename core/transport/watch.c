@@ -193,7 +193,7 @@ static void watch(smddp_comm_t comm, int rank, int64_t store_ms, int wait_ms)
     SMDDP_TRACE("rank %d watches rank %d on port %ld", comm->rank, rank, port);
 }
 
-smddp_status_t smddp__watch_open(smddp_comm_t comm)
+static smddp_status_t watch_open(smddp_comm_t comm)
 {
     smddp__watch_t *w = calloc(1, sizeof(*w));
     watched_t *peers = calloc((size_t)comm->size, sizeof(*peers));
@@ -263,7 +263,7 @@ smddp_status_t smddp__watch_open(smddp_comm_t comm)
     return SMDDP_OK;
 }
 
-void smddp__watch_close(smddp_comm_t comm)
+static void watch_close(smddp_comm_t comm)
 {
     smddp__watch_t *w = comm->watch;
     if (!w) return;
@@ -283,6 +283,9 @@ void smddp__watch_close(smddp_comm_t comm)
     free(w);
     comm->watch = NULL;
 }
+
+const smddp__transport_t smddp__watch_transport = {"liveness watch", true, watch_open,
+                                                   watch_close, NULL};
 
 int smddp__watch_dead(smddp_comm_t comm, int64_t now_ns, int waiting_for, char *why,
                      size_t why_len)

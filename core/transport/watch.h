@@ -11,17 +11,16 @@
 #define SMDDP_TRANSPORT_WATCH_H
 
 #include "../comm.h"
+#include "transport.h"
 
 /*
- * For a communicator that spans nodes: listens, publishes the port through
- * the store, connects to the next rank.
- * Never fails the communicator: where the provider's addresses are not IP
- * (efa) or a step fails, the watch is off for this rank (INFO says why).
+ * For a communicator that spans nodes. setup listens, publishes the port
+ * through the store and connects to the next rank; it never fails the
+ * communicator: where the provider's addresses are not IP (efa) or a step
+ * fails, the watch is off for this rank (INFO says why). teardown says
+ * goodbye to whoever watches this rank, then closes everything.
  */
-smddp_status_t smddp__watch_open(smddp_comm_t comm);
-
-/* Says goodbye to whoever watches this rank, then closes everything. */
-void smddp__watch_close(smddp_comm_t comm);
+extern const smddp__transport_t smddp__watch_transport;
 
 /*
  * A rank this rank watches whose connection broke without a goodbye at

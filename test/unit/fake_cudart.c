@@ -2,7 +2,7 @@
  * A stand-in for the CUDA runtime, on the CPU, for testing libsmddp's CUDA
  * code paths where no GPU is: host staging across nodes and send/recv of
  * "device" memory (core/cuda/stage.c), and the collectives inside a node
- * through CUDA IPC (core/cuda/coll_cuda.c), on either synchronisation.
+ * through CUDA IPC (core/cuda/ipc.c), on either synchronisation.
  *
  * "Device" memory is shared memory (a memfd per cudaMalloc) that other
  * processes map through an IPC handle naming the owner's pid and fd

@@ -1,5 +1,5 @@
 /*
- * CUDA collectives inside a node through CUDA IPC (core/cuda/coll_cuda.c),
+ * CUDA collectives inside a node through CUDA IPC (core/cuda/ipc.c),
  * on the CPU against the stand-in runtime (fake_cudart.c): "device" memory
  * is shared memory peers map through IPC handles, streams are threads,
  * interprocess events are counters in shared memory, and the collective

@@ -1,5 +1,6 @@
 /*
- * Collectives on CUDA device memory among the ranks of one node.
+ * CUDA IPC among the ranks of one node: the state, its setup at the first
+ * CUDA collective, and the steps the algorithms of core/coll/cuda/ take.
  *
  * Every local rank owns a device staging buffer of two halves, used in turn
  * by successive steps, and six interprocess events (ready, reduced, done;
@@ -40,7 +41,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coll_cuda.h"
+#include "ipc.h"
 #include "../fail.h"
 #include "../param.h"
 #include "../transport/shm.h"
@@ -54,23 +55,6 @@
 #include "kernel_sync.h"
 #include "kernels.h"
 
-enum { EV_READY, EV_REDUCED, EV_DONE, EV_COUNT };
-
-typedef struct cuda_peer {
-    char *buf;                      /* its staging buffer (own: the allocation) */
-    cudaEvent_t ev[EV_COUNT][2];    /* by kind and half */
-} cuda_peer_t;
-
-struct smddp__cuda {
-    int device;
-    size_t half;
-    cuda_peer_t *peers;  /* local_size entries, this rank's at local_rank */
-    uint64_t steps;      /* steps taken; a half is reused every second step */
-    /* SMDDP_CUDA_SYNC=kernel: each rank's region follows its two halves. */
-    bool ks_on;
-    smddp__ksync_t ks;
-};
-
 /* What a rank publishes at setup. */
 typedef struct cuda_card {
     int32_t pid;
@@ -82,7 +66,7 @@ typedef struct cuda_card {
     int32_t blocks_set;  /* SMDDP_CUDA_KERNEL_BLOCKS: grids must agree */
     char bus_id[32];
     cudaIpcMemHandle_t mem;
-    cudaIpcEventHandle_t ev[EV_COUNT][2];
+    cudaIpcEventHandle_t ev[SMDDP_CUDA_EV_COUNT][2];
 } cuda_card_t;
 
 /* The device a buffer lives on, or an error saying it is not device memory. */
@@ -116,14 +100,14 @@ static void free_state(smddp_comm_t comm, struct smddp__cuda *c, bool shared)
     cudaSetDevice(c->device);
     smddp__ksync_release(comm, &c->ks);
     if (c->peers) {
-        cuda_peer_t *me = &c->peers[comm->local_rank];
-        for (int k = 0; k < EV_COUNT; k++)
+        smddp__cuda_peer_t *me = &c->peers[comm->local_rank];
+        for (int k = 0; k < SMDDP_CUDA_EV_COUNT; k++)
             for (int h = 0; h < 2; h++)
                 if (me->ev[k][h]) cudaEventSynchronize(me->ev[k][h]);
         for (int q = 0; q < comm->local_size; q++) {
-            cuda_peer_t *p = &c->peers[q];
+            smddp__cuda_peer_t *p = &c->peers[q];
             if (q == comm->local_rank && shared) continue;
-            for (int k = 0; k < EV_COUNT; k++)
+            for (int k = 0; k < SMDDP_CUDA_EV_COUNT; k++)
                 for (int h = 0; h < 2; h++)
                     if (p->ev[k][h]) cudaEventDestroy(p->ev[k][h]);
             if (p->buf) {
@@ -181,7 +165,7 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
     }
     c->ks.scratch = c->ks_on ? 2 * c->half : 0;
     c->ks.oneshot_max = prm->cuda_oneshot_max;
-    c->peers = calloc((size_t)comm->local_size, sizeof(cuda_peer_t));
+    c->peers = calloc((size_t)comm->local_size, sizeof(smddp__cuda_peer_t));
     if (!c->peers) {
         free(c);
         return smddp__error(SMDDP_ERR_NO_MEMORY, "out of memory");
@@ -189,7 +173,7 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
     /* A peer that issued something else fails here, before anything waits on the store. */
     SMDDP_CHECK_GOTO(smddp__shm_sync(comm, op), st, fail);
 
-    cuda_peer_t *me = &c->peers[comm->local_rank];
+    smddp__cuda_peer_t *me = &c->peers[comm->local_rank];
     cuda_card_t card;
     memset(&card, 0, sizeof(card));
     card.pid = (int32_t)getpid();
@@ -226,7 +210,7 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
         cards[comm->local_rank] = card;
     }
     SETUP_TRY(cudaIpcGetMemHandle(&card.mem, me->buf));
-    for (int k = 0; k < EV_COUNT; k++)
+    for (int k = 0; k < SMDDP_CUDA_EV_COUNT; k++)
         for (int h = 0; h < 2; h++) {
             SETUP_TRY(cudaEventCreateWithFlags(&me->ev[k][h],
                                                cudaEventDisableTiming | cudaEventInterprocess));
@@ -301,7 +285,7 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
             }
         }
         (void)cudaGetLastError();
-        cuda_peer_t *p = &c->peers[q];
+        smddp__cuda_peer_t *p = &c->peers[q];
         e = cudaIpcOpenMemHandle((void **)&p->buf, theirs.mem, cudaIpcMemLazyEnablePeerAccess);
         if (e != cudaSuccess) {
             st = smddp__error(SMDDP_ERR_SYSTEM,
@@ -311,7 +295,7 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
                               cudaGetErrorString(e));
             goto fail;
         }
-        for (int k = 0; k < EV_COUNT; k++)
+        for (int k = 0; k < SMDDP_CUDA_EV_COUNT; k++)
             for (int h = 0; h < 2; h++)
                 SETUP_TRY(cudaIpcOpenEventHandle(&p->ev[k][h], theirs.ev[k][h]));
     }
@@ -325,7 +309,11 @@ static smddp_status_t setup(smddp_comm_t comm, smddp__op_t *op, int device)
         free(cards);
         cards = NULL;
     }
+    /* From here smddp__comm_abort reaches the kernels (cuda_abort); before, it set the flag. */
+    pthread_mutex_lock(&comm->err_lock);
     comm->cuda = c;
+    if (c->ks_on && atomic_load(&comm->aborted)) smddp__ksync_abort(&c->ks);
+    pthread_mutex_unlock(&comm->err_lock);
     SMDDP_INFO("rank %d: CUDA collectives on GPU %s (device %d), %zu-byte staging halves shared "
                "with %d local rank(s) through CUDA IPC%s",
                comm->rank, card.bus_id, device, c->half, comm->local_size,
@@ -339,43 +327,46 @@ fail:
     return st;
 }
 
-void smddp__cuda_teardown(smddp_comm_t comm)
+static void cuda_teardown(smddp_comm_t comm)
 {
     if (!comm->cuda) return; /* no CUDA collective ran: the runtime is not touched */
-    enum cudaStreamCaptureMode mode = smddp__cuda_relax_capture();
-    free_state(comm, comm->cuda, comm->local_size > 1);
-    smddp__cuda_restore_capture(mode);
+    pthread_mutex_lock(&comm->err_lock);
+    struct smddp__cuda *c = comm->cuda;
     comm->cuda = NULL;
+    pthread_mutex_unlock(&comm->err_lock);
+    enum cudaStreamCaptureMode mode = smddp__cuda_relax_capture();
+    free_state(comm, c, comm->local_size > 1);
+    smddp__cuda_restore_capture(mode);
 }
+
+/* Kernels waiting for peers give up (SMDDP_CUDA_SYNC=kernel). */
+static void cuda_abort(smddp_comm_t comm, const char *msg)
+{
+    (void)msg;
+    pthread_mutex_lock(&comm->err_lock);
+    if (comm->cuda && comm->cuda->ks_on) smddp__ksync_abort(&comm->cuda->ks);
+    pthread_mutex_unlock(&comm->err_lock);
+}
+
+/* Set up by the first CUDA collective (smddp__cuda_execute), not at creation. */
+const smddp__transport_t smddp__cuda_ipc_transport = {"CUDA IPC", false, NULL, cuda_teardown,
+                                                      cuda_abort};
 
 /* ---- steps ---------------------------------------------------------------- */
 
-typedef struct step {
-    smddp_comm_t comm;
-    smddp__op_t *op;
-    struct smddp__cuda *c;
-    cudaStream_t stream;
-    int half;            /* 0 or 1 */
-} step_t;
-
-/* Peer q's half for this step (this rank's own for q == local_rank). */
-static char *half_of(const step_t *s, int q)
-{
-    return s->c->peers[q].buf + (size_t)s->half * s->c->half;
-}
-
-static smddp_status_t step_begin(step_t *s)
+smddp_status_t smddp__cuda_step_begin(smddp__cuda_step_t *s)
 {
     struct smddp__cuda *c = s->c;
     s->half = (int)(c->steps & 1);
     if (c->steps >= 2)
         for (int q = 0; q < s->comm->local_size; q++)
-            CUDA_TRY(s->comm, cudaStreamWaitEvent(s->stream, c->peers[q].ev[EV_DONE][s->half], 0));
+            CUDA_TRY(s->comm, cudaStreamWaitEvent(s->stream,
+                                                  c->peers[q].ev[SMDDP_CUDA_EV_DONE][s->half], 0));
     return SMDDP_OK;
 }
 
 /* Records this rank's event of kind k, meets every peer, then waits for theirs. */
-static smddp_status_t step_sync(step_t *s, int k)
+smddp_status_t smddp__cuda_step_sync(smddp__cuda_step_t *s, int k)
 {
     smddp_comm_t comm = s->comm;
     CUDA_TRY(comm, cudaEventRecord(s->c->peers[comm->local_rank].ev[k][s->half], s->stream));
@@ -386,15 +377,16 @@ static smddp_status_t step_sync(step_t *s, int k)
     return SMDDP_OK;
 }
 
-static smddp_status_t step_end(step_t *s)
+smddp_status_t smddp__cuda_step_end(smddp__cuda_step_t *s)
 {
     smddp_comm_t comm = s->comm;
-    CUDA_TRY(comm, cudaEventRecord(s->c->peers[comm->local_rank].ev[EV_DONE][s->half], s->stream));
+    CUDA_TRY(comm, cudaEventRecord(s->c->peers[comm->local_rank].ev[SMDDP_CUDA_EV_DONE][s->half],
+                                   s->stream));
     s->c->steps++;
     return SMDDP_OK;
 }
 
-static smddp_status_t copy(step_t *s, void *dst, const void *src, size_t n)
+smddp_status_t smddp__cuda_copy(smddp__cuda_step_t *s, void *dst, const void *src, size_t n)
 {
     if (n == 0 || dst == src) return SMDDP_OK;
     CUDA_TRY(s->comm, cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s->stream));
@@ -402,8 +394,8 @@ static smddp_status_t copy(step_t *s, void *dst, const void *src, size_t n)
 }
 
 /* rows blocks of n bytes, src_pitch apart, into dst dst_pitch apart. */
-static smddp_status_t copy_rows(step_t *s, void *dst, size_t dst_pitch, const void *src,
-                                size_t src_pitch, size_t n, int rows)
+smddp_status_t smddp__cuda_copy_rows(smddp__cuda_step_t *s, void *dst, size_t dst_pitch,
+                                     const void *src, size_t src_pitch, size_t n, int rows)
 {
     if (n == 0 || rows == 0) return SMDDP_OK;
     CUDA_TRY(s->comm, cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, n, (size_t)rows,
@@ -412,13 +404,13 @@ static smddp_status_t copy_rows(step_t *s, void *dst, size_t dst_pitch, const vo
 }
 
 /* dst = reduction over every local rank's half at byte offset off, n bytes. */
-static smddp_status_t reduce_halves(step_t *s, void *dst, size_t off, size_t n)
+smddp_status_t smddp__cuda_reduce_halves(smddp__cuda_step_t *s, void *dst, size_t off, size_t n)
 {
     const void *srcs[SMDDP_CUDA_MAX_SRCS];
     int p = s->comm->local_size;
     size_t es = smddp__dtype_size(s->op->dtype);
     if (n == 0) return SMDDP_OK;
-    for (int q = 0; q < p; q++) srcs[q] = half_of(s, q) + off;
+    for (int q = 0; q < p; q++) srcs[q] = smddp__cuda_half_of(s, q) + off;
     smddp__reduce_spec_t spec = s->op->spec;
     spec.avg_div = spec.op == SMDDP_AVG ? s->comm->size : 0;
     int e = smddp__cuda_reduce(&spec, dst, srcs, p, n / es, s->stream);
@@ -426,14 +418,8 @@ static smddp_status_t reduce_halves(step_t *s, void *dst, size_t off, size_t n)
     return SMDDP_OK;
 }
 
-/* Bytes per chunk: a multiple of the element size (and of 256 when larger). */
-static size_t chunk_bytes(size_t room, size_t es)
-{
-    return room >= 256 ? room / 256 * 256 : room / es * es;
-}
-
 /* Piece q of n bytes split in p, in whole 256-byte units (the last takes the rest). */
-static void piece(size_t n, size_t es, int p, int q, size_t *off, size_t *len)
+void smddp__cuda_piece(size_t n, size_t es, int p, int q, size_t *off, size_t *len)
 {
     size_t unit = 256 % es == 0 ? 256 : es;
     size_t units = n / unit, per = units / (size_t)p, extra = units % (size_t)p;
@@ -441,106 +427,6 @@ static void piece(size_t n, size_t es, int p, int q, size_t *off, size_t *len)
     size_t b = a + per + ((size_t)q < extra ? 1 : 0);
     *off = a * unit;
     *len = (q == p - 1 ? n : b * unit) - *off;
-}
-
-/* ---- the collectives ---------------------------------------------------- */
-
-/* allreduce (root < 0), and reduce: a one-shot of which only the root reduces. */
-static smddp_status_t allreduce(step_t *s, int root)
-{
-    smddp__op_t *op = s->op;
-    int p = s->comm->local_size, me = s->comm->local_rank;
-    size_t es = smddp__dtype_size(op->dtype), bytes = op->count * es;
-    size_t chunk = chunk_bytes(s->c->half, es);
-    bool oneshot = bytes <= (size_t)smddp__params()->cuda_oneshot_max || p == 1 || root >= 0;
-    for (size_t off = 0; off < bytes; off += chunk) {
-        size_t n = SMDDP_MIN(chunk, bytes - off);
-        char *out = op->recvbuf ? (char *)op->recvbuf + off : NULL; /* NULL off the root of a reduce */
-        SMDDP_CHECK(step_begin(s));
-        SMDDP_CHECK(copy(s, half_of(s, me), (const char *)op->sendbuf + off, n));
-        SMDDP_CHECK(step_sync(s, EV_READY));
-        if (oneshot) {
-            if (root < 0 || me == root) SMDDP_CHECK(reduce_halves(s, out, 0, n));
-        } else {
-            size_t po, pl;
-            piece(n, es, p, me, &po, &pl);
-            SMDDP_CHECK(reduce_halves(s, half_of(s, me) + po, po, pl));
-            SMDDP_CHECK(step_sync(s, EV_REDUCED));
-            for (int q = 0; q < p; q++) {
-                piece(n, es, p, q, &po, &pl);
-                SMDDP_CHECK(copy(s, out + po, half_of(s, q) + po, pl));
-            }
-        }
-        SMDDP_CHECK(step_end(s));
-    }
-    return SMDDP_OK;
-}
-
-/* allgather (root < 0) and gather: every rank's block into rank order. */
-static smddp_status_t gather(step_t *s, int root)
-{
-    smddp__op_t *op = s->op;
-    int p = s->comm->local_size, me = s->comm->local_rank;
-    size_t es = smddp__dtype_size(op->dtype), block = op->count * es;
-    size_t chunk = chunk_bytes(s->c->half, es);
-    for (size_t off = 0; off < block; off += chunk) {
-        size_t n = SMDDP_MIN(chunk, block - off);
-        SMDDP_CHECK(step_begin(s));
-        SMDDP_CHECK(copy(s, half_of(s, me), (const char *)op->sendbuf + off, n));
-        SMDDP_CHECK(step_sync(s, EV_READY));
-        if (root < 0 || me == root)
-            for (int q = 0; q < p; q++)
-                SMDDP_CHECK(copy(s, (char *)op->recvbuf + (size_t)q * block + off, half_of(s, q), n));
-        SMDDP_CHECK(step_end(s));
-    }
-    return SMDDP_OK;
-}
-
-/*
- * The ops whose input is one block per rank (reduce_scatter, alltoall,
- * scatter): each chunk stages the same slice of every block, side by side.
- * src_root >= 0 means only that rank's input is read (scatter).
- */
-static smddp_status_t blockwise(step_t *s, int src_root, bool reduce)
-{
-    smddp__op_t *op = s->op;
-    int p = s->comm->local_size, me = s->comm->local_rank;
-    size_t es = smddp__dtype_size(op->dtype), block = op->count * es;
-    size_t chunk = chunk_bytes(s->c->half / (size_t)p, es);
-    for (size_t off = 0; off < block; off += chunk) {
-        size_t n = SMDDP_MIN(chunk, block - off);
-        SMDDP_CHECK(step_begin(s));
-        if (src_root < 0 || me == src_root)
-            SMDDP_CHECK(copy_rows(s, half_of(s, me), n, (const char *)op->sendbuf + off, block, n, p));
-        SMDDP_CHECK(step_sync(s, EV_READY));
-        char *out = (char *)op->recvbuf;
-        if (reduce)
-            SMDDP_CHECK(reduce_halves(s, out + off, (size_t)me * n, n));
-        else if (src_root >= 0)
-            SMDDP_CHECK(copy(s, out + off, half_of(s, src_root) + (size_t)me * n, n));
-        else /* alltoall: block me of every rank's input, into rank order */
-            for (int q = 0; q < p; q++)
-                SMDDP_CHECK(copy(s, out + (size_t)q * block + off, half_of(s, q) + (size_t)me * n, n));
-        SMDDP_CHECK(step_end(s));
-    }
-    return SMDDP_OK;
-}
-
-static smddp_status_t broadcast(step_t *s, int root)
-{
-    smddp__op_t *op = s->op;
-    int me = s->comm->local_rank;
-    size_t es = smddp__dtype_size(op->dtype), bytes = op->count * es;
-    size_t chunk = chunk_bytes(s->c->half, es);
-    for (size_t off = 0; off < bytes; off += chunk) {
-        size_t n = SMDDP_MIN(chunk, bytes - off);
-        SMDDP_CHECK(step_begin(s));
-        if (me == root) SMDDP_CHECK(copy(s, half_of(s, me), (char *)op->recvbuf + off, n));
-        SMDDP_CHECK(step_sync(s, EV_READY));
-        if (me != root) SMDDP_CHECK(copy(s, (char *)op->recvbuf + off, half_of(s, root), n));
-        SMDDP_CHECK(step_end(s));
-    }
-    return SMDDP_OK;
 }
 
 static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn algo,
@@ -588,34 +474,6 @@ static smddp_status_t execute_on_device(smddp_comm_t comm, smddp__op_t *op, smdd
     return algo(comm, op);
 }
 
-/* The step state of op, whose device is current and whose IPC state is set up. */
-static step_t step_of(smddp_comm_t comm, smddp__op_t *op)
-{
-    return (step_t){comm, op, comm->cuda, (cudaStream_t)op->stream, 0};
-}
-
-static int local_root(smddp_comm_t comm, const smddp__op_t *op)
-{
-    return op->root >= 0 ? smddp__local_index(comm, op->root) : -1;
-}
-
-#define CUDA_ALGO(name, body)                                              \
-    smddp_status_t smddp__cuda_ipc_##name(smddp_comm_t comm, smddp__op_t *op)  \
-    {                                                                      \
-        step_t s = step_of(comm, op);                                      \
-        return body;                                                       \
-    }
-CUDA_ALGO(allreduce, s.c->ks_on ? smddp__ksync_allreduce(comm, &s.c->ks, op) : allreduce(&s, -1))
-CUDA_ALGO(reduce, allreduce(&s, local_root(comm, op)))
-CUDA_ALGO(broadcast, broadcast(&s, local_root(comm, op)))
-CUDA_ALGO(allgather, s.c->ks_on ? smddp__ksync_allgather(comm, &s.c->ks, op) : gather(&s, -1))
-CUDA_ALGO(gather, gather(&s, local_root(comm, op)))
-CUDA_ALGO(reduce_scatter,
-          s.c->ks_on ? smddp__ksync_reduce_scatter(comm, &s.c->ks, op) : blockwise(&s, -1, true))
-CUDA_ALGO(alltoall, blockwise(&s, -1, false))
-CUDA_ALGO(scatter, blockwise(&s, local_root(comm, op), false))
-#undef CUDA_ALGO
-
 smddp_status_t smddp__cuda_status(smddp_comm_t comm)
 {
     struct smddp__cuda *c = comm->cuda;
@@ -638,62 +496,4 @@ smddp_status_t smddp__cuda_usable(const char *fn)
     return SMDDP_OK;
 }
 
-/*
- * One entry per kind: the events path or, under SMDDP_CUDA_SYNC=kernel, the
- * kernels of kernel_sync.c, whose one-shot or two-shot it records.
- */
-static const char *const kernel_ways[] = {
-    "kernel one-shot", "kernel two-shot", "kernel", "kernel one-shot, input in place",
-    "kernel two-shot, input in place", "kernel, input in place", NULL};
-
-#define ENTRY(var, kind, run, ways, about)                                                          \
-    const smddp__algo_t smddp__algo_cuda_##var = {"cuda-ipc", kind, SMDDP_PATH_CUDA_IPC, false,    \
-                                                  NULL, run, ways, about}
-ENTRY(allreduce, SMDDP_OP_ALLREDUCE, smddp__cuda_ipc_allreduce, kernel_ways,
-      "peers' staging read through CUDA IPC, met through events or flags in device memory");
-ENTRY(reduce, SMDDP_OP_REDUCE, smddp__cuda_ipc_reduce, NULL, "as allreduce, kept on the root");
-ENTRY(broadcast, SMDDP_OP_BROADCAST, smddp__cuda_ipc_broadcast, NULL,
-      "the root's staging read through CUDA IPC");
-ENTRY(allgather, SMDDP_OP_ALLGATHER, smddp__cuda_ipc_allgather, kernel_ways,
-      "every peer's staging read through CUDA IPC");
-ENTRY(gather, SMDDP_OP_GATHER, smddp__cuda_ipc_gather, NULL, "as allgather, on the root");
-ENTRY(reduce_scatter, SMDDP_OP_REDUCE_SCATTER, smddp__cuda_ipc_reduce_scatter, kernel_ways,
-      "each rank reduces its block from every peer's staging");
-ENTRY(alltoall, SMDDP_OP_ALLTOALL, smddp__cuda_ipc_alltoall, NULL,
-      "each rank reads its piece from every peer's staging");
-ENTRY(scatter, SMDDP_OP_SCATTER, smddp__cuda_ipc_scatter, NULL,
-      "each rank reads its piece from the root's staging");
-
-#else /* !SMDDP_HAVE_CUDA */
-
-smddp_status_t smddp__cuda_execute(smddp_comm_t comm, smddp__op_t *op, smddp__algo_fn algo,
-                                   bool ipc)
-{
-    (void)op;
-    (void)algo;
-    (void)ipc;
-    return smddp__error(SMDDP_ERR_NOT_SUPPORTED, "rank %d: this libsmddp was built without CUDA",
-                        comm->rank);
-}
-
-smddp_status_t smddp__cuda_usable(const char *fn)
-{
-    return smddp__error(SMDDP_ERR_NOT_SUPPORTED,
-                        "%s: SMDDP_MEM_CUDA given, but this libsmddp was built without CUDA "
-                        "(nvcc was not found at build time); pass host memory or rebuild with "
-                        "-Dcuda=enabled",
-                        fn);
-}
-
-void smddp__cuda_teardown(smddp_comm_t comm)
-{
-    (void)comm;
-}
-
-smddp_status_t smddp__cuda_status(smddp_comm_t comm)
-{
-    (void)comm;
-    return SMDDP_OK;
-}
-
-#endif
+#endif /* SMDDP_HAVE_CUDA */
