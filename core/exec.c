@@ -39,18 +39,22 @@ void smddp__select_input(smddp_comm_t comm, const smddp__op_t *op, smddp__select
 {
     const smddp__params_t *params = smddp__params();
     size_t es = smddp__dtype_size(op->dtype);
-    memset(in, 0, sizeof(*in));
+    /* Field by field: a memset of the whole struct costs more than the choice (rep stos). */
     in->kind = op->kind;
     in->mem = op->mem_type;
     in->bytes = op->count * es;
     in->local_size = comm->local_size;
     in->node_count = comm->node_count;
     in->size = comm->size;
+    in->facts = comm->node_ranks ? SMDDP_FACT_NODE_RANKS : 0;
+    memset(in->lim, 0, sizeof(in->lim));
     in->net_algo = params->net_algo;
     in->allreduce_algo = params->algo;
     in->rules = comm->algo_rules;
     in->n_rules = comm->n_algo_rules;
-    if (comm->node_ranks) in->facts |= SMDDP_FACT_NODE_RANKS;
+    in->cuda_net = SMDDP_CUDA_NET_AUTO;
+    in->backend_nccl = in->nccl_has_op = in->nccl_loads = false;
+    in->cuda_max_local = 0;
     if (comm->node_count < 2) {
         shm_limits(comm, in->lim);
         if (in->lim[SMDDP_LIM_LL]) in->facts |= SMDDP_FACT_LL_SLOTS;

@@ -124,71 +124,72 @@ const char *smddp__path_name(smddp__path_t path)
 #define SHM SMDDP_PATH_SHM
 #define NET SMDDP_PATH_NET
 #define F(f) SMDDP_FACT_##f
+#define A(entry) &smddp__algo_##entry
 
 static const smddp__select_row_t table[] = {
     /* Host memory, one node: shared memory. */
-    {K(ALLREDUCE), SHM, ONE_NODE, AT(1), LIMCAP(AR_LL, 1024), 0, 0, "low-latency"},
-    {K(ALLREDUCE), SHM, ONE_NODE, AT(1), LIM(AR_LL), 0, F(POOLED_ANY), "low-latency"},
-    {K(ALLREDUCE), SHM, ONE_NODE, AT(0), LIM(ONESHOT), F(POOLED_IN_PLACE), 0, "two-shot"},
-    {K(ALLREDUCE), SHM, ONE_NODE, AT(0), LIM(ONESHOT), 0, 0, "one-shot"},
-    {K(ALLREDUCE), SHM, ONE_NODE, AT(0), INF, 0, 0, "two-shot"},
-    {K(REDUCE), SHM, ONE_NODE, AT(1), LIMCAP(LL, 1024), 0, 0, "low-latency"},
-    {K(REDUCE), SHM, ONE_NODE, AT(0), LIM(HALF), 0, 0, "one-shot"},
-    {K(REDUCE), SHM, ONE_NODE, AT(0), INF, 0, 0, "two-shot"},
-    {K(REDUCE_SCATTER), SHM, ONE_NODE, AT(0), INF, 0, 0, "two-shot"},
-    {K(BROADCAST), SHM, ONE_NODE, AT(1), LIMCAP(LL, 1024), 0, 0, "low-latency"},
-    {K(BROADCAST), SHM, ONE_NODE, AT(0), INF, 0, 0, "staged"},
-    {K(ALLGATHER), SHM, ONE_NODE, LIM(CMA_MIN), LIM(CMA_MAX), 0, 0, "staged"},
-    {K(ALLGATHER), SHM, ONE_NODE, AT(1), LIM(LL), 0, 0, "low-latency"},
-    {K(ALLGATHER), SHM, ONE_NODE, AT(0), INF, 0, 0, "staged"},
-    {K(GATHER), SHM, ONE_NODE, AT(0), INF, 0, 0, "staged"},
-    {K(SCATTER), SHM, ONE_NODE, AT(0), INF, 0, 0, "staged"},
-    {K(ALLTOALL), SHM, ONE_NODE, AT(0), INF, 0, 0, "staged"},
-    {K(ALLTOALLV), SHM, ONE_NODE, AT(0), INF, 0, 0, "staged"},
-    {K(BARRIER), SHM, ONE_NODE, AT(0), INF, F(LL_SLOTS), 0, "low-latency"},
-    {K(BARRIER), SHM, ONE_NODE, AT(0), INF, 0, 0, "counters"},
+    {K(ALLREDUCE), SHM, ONE_NODE, AT(1), LIMCAP(AR_LL, 1024), 0, 0, A(allreduce_ll)},
+    {K(ALLREDUCE), SHM, ONE_NODE, AT(1), LIM(AR_LL), 0, F(POOLED_ANY), A(allreduce_ll)},
+    {K(ALLREDUCE), SHM, ONE_NODE, AT(0), LIM(ONESHOT), F(POOLED_IN_PLACE), 0, A(allreduce_twoshot)},
+    {K(ALLREDUCE), SHM, ONE_NODE, AT(0), LIM(ONESHOT), 0, 0, A(allreduce_oneshot)},
+    {K(ALLREDUCE), SHM, ONE_NODE, AT(0), INF, 0, 0, A(allreduce_twoshot)},
+    {K(REDUCE), SHM, ONE_NODE, AT(1), LIMCAP(LL, 1024), 0, 0, A(reduce_ll)},
+    {K(REDUCE), SHM, ONE_NODE, AT(0), LIM(HALF), 0, 0, A(reduce_oneshot)},
+    {K(REDUCE), SHM, ONE_NODE, AT(0), INF, 0, 0, A(reduce_twoshot)},
+    {K(REDUCE_SCATTER), SHM, ONE_NODE, AT(0), INF, 0, 0, A(reduce_scatter_twoshot)},
+    {K(BROADCAST), SHM, ONE_NODE, AT(1), LIMCAP(LL, 1024), 0, 0, A(broadcast_ll)},
+    {K(BROADCAST), SHM, ONE_NODE, AT(0), INF, 0, 0, A(broadcast_staged)},
+    {K(ALLGATHER), SHM, ONE_NODE, LIM(CMA_MIN), LIM(CMA_MAX), 0, 0, A(allgather_staged)},
+    {K(ALLGATHER), SHM, ONE_NODE, AT(1), LIM(LL), 0, 0, A(allgather_ll)},
+    {K(ALLGATHER), SHM, ONE_NODE, AT(0), INF, 0, 0, A(allgather_staged)},
+    {K(GATHER), SHM, ONE_NODE, AT(0), INF, 0, 0, A(gather_staged)},
+    {K(SCATTER), SHM, ONE_NODE, AT(0), INF, 0, 0, A(scatter_staged)},
+    {K(ALLTOALL), SHM, ONE_NODE, AT(0), INF, 0, 0, A(alltoall_staged)},
+    {K(ALLTOALLV), SHM, ONE_NODE, AT(0), INF, 0, 0, A(alltoallv_staged)},
+    {K(BARRIER), SHM, ONE_NODE, AT(0), INF, F(LL_SLOTS), 0, A(barrier_ll)},
+    {K(BARRIER), SHM, ONE_NODE, AT(0), INF, 0, 0, A(barrier_counters)},
     /* Host memory across nodes. */
-    {K(ALLREDUCE), NET, ONE_PER_NODE_TWO_NODES, AT(16u << 20), INF, F(NODE_RANKS), 0, "hierarchical"},
-    {K(ALLREDUCE), NET, MANY_PER_NODE, AT(0), LIM(LEADER), F(NODE_RANKS), 0, "hier-leader"},
-    {K(ALLREDUCE), NET, MANY_PER_NODE, AT(0), INF, F(NODE_RANKS), 0, "hierarchical"},
-    {K(ALLREDUCE), NET, NODES, AT(0), INF, 0, 0, "ring"},
-    {K(REDUCE), NET, ONE_PER_NODE_TWO_NODES, AT(16u << 20), INF, F(NODE_RANKS), 0, "hierarchical"},
-    {K(REDUCE), NET, MANY_PER_NODE, AT(0), LIM(LEADER), F(NODE_RANKS), 0, "hier-leader"},
-    {K(REDUCE), NET, MANY_PER_NODE, AT(0), INF, F(NODE_RANKS), 0, "hierarchical"},
-    {K(REDUCE), NET, NODES, AT(0), INF, 0, 0, "ring"},
+    {K(ALLREDUCE), NET, ONE_PER_NODE_TWO_NODES, AT(16u << 20), INF, F(NODE_RANKS), 0, A(hier_allreduce)},
+    {K(ALLREDUCE), NET, MANY_PER_NODE, AT(0), LIM(LEADER), F(NODE_RANKS), 0, A(hier_allreduce_leader)},
+    {K(ALLREDUCE), NET, MANY_PER_NODE, AT(0), INF, F(NODE_RANKS), 0, A(hier_allreduce)},
+    {K(ALLREDUCE), NET, NODES, AT(0), INF, 0, 0, A(net_allreduce_ring)},
+    {K(REDUCE), NET, ONE_PER_NODE_TWO_NODES, AT(16u << 20), INF, F(NODE_RANKS), 0, A(hier_reduce)},
+    {K(REDUCE), NET, MANY_PER_NODE, AT(0), LIM(LEADER), F(NODE_RANKS), 0, A(hier_reduce_leader)},
+    {K(REDUCE), NET, MANY_PER_NODE, AT(0), INF, F(NODE_RANKS), 0, A(hier_reduce)},
+    {K(REDUCE), NET, NODES, AT(0), INF, 0, 0, A(net_reduce_ring)},
     {K(REDUCE_SCATTER), NET, ONE_PER_NODE_TWO_NODES, LIM(RS_ONE_PER_NODE), INF, F(NODE_RANKS), 0,
-     "hierarchical"},
-    {K(REDUCE_SCATTER), NET, MANY_PER_NODE, AT(0), INF, F(NODE_RANKS), 0, "hierarchical"},
-    {K(REDUCE_SCATTER), NET, NODES, AT(0), INF, 0, 0, "ring"},
-    {K(ALLGATHER), NET, MANY_PER_NODE, AT(0), INF, F(NODE_RANKS), 0, "hierarchical"},
-    {K(ALLGATHER), NET, NODES, AT(0), INF, 0, 0, "ring"},
-    {K(BROADCAST), NET, MANY_PER_NODE, AT(0), INF, F(NODE_RANKS), 0, "hierarchical"},
-    {K(BROADCAST), NET, NODES, AT(0), INF, 0, 0, "chain"},
-    {K(BARRIER), NET, MANY_PER_NODE, AT(0), INF, F(NODE_RANKS), 0, "hierarchical"},
-    {K(BARRIER), NET, NODES, AT(0), INF, 0, 0, "ring"},
-    {K(ALLTOALL), NET, NODES, AT(0), INF, 0, 0, "pairwise"},
-    {K(ALLTOALLV), NET, NODES, AT(0), INF, 0, 0, "pairwise"},
-    {K(GATHER), NET, NODES, AT(0), INF, 0, 0, "direct"},
-    {K(SCATTER), NET, NODES, AT(0), INF, 0, 0, "direct"},
+     A(hier_reduce_scatter)},
+    {K(REDUCE_SCATTER), NET, MANY_PER_NODE, AT(0), INF, F(NODE_RANKS), 0, A(hier_reduce_scatter)},
+    {K(REDUCE_SCATTER), NET, NODES, AT(0), INF, 0, 0, A(net_reduce_scatter_ring)},
+    {K(ALLGATHER), NET, MANY_PER_NODE, AT(0), INF, F(NODE_RANKS), 0, A(hier_allgather)},
+    {K(ALLGATHER), NET, NODES, AT(0), INF, 0, 0, A(net_allgather_ring)},
+    {K(BROADCAST), NET, MANY_PER_NODE, AT(0), INF, F(NODE_RANKS), 0, A(hier_broadcast)},
+    {K(BROADCAST), NET, NODES, AT(0), INF, 0, 0, A(net_broadcast_chain)},
+    {K(BARRIER), NET, MANY_PER_NODE, AT(0), INF, F(NODE_RANKS), 0, A(hier_barrier)},
+    {K(BARRIER), NET, NODES, AT(0), INF, 0, 0, A(net_barrier_ring)},
+    {K(ALLTOALL), NET, NODES, AT(0), INF, 0, 0, A(net_alltoall_pairwise)},
+    {K(ALLTOALLV), NET, NODES, AT(0), INF, 0, 0, A(net_alltoallv_pairwise)},
+    {K(GATHER), NET, NODES, AT(0), INF, 0, 0, A(net_gather_direct)},
+    {K(SCATTER), NET, NODES, AT(0), INF, 0, 0, A(net_scatter_direct)},
 };
 
 /* SMDDP_ALLREDUCE_ALGO=oneshot and =twoshot, and SMDDP_NET_ALGO=hier, as rules. */
 static const smddp__select_row_t rules_oneshot[] = {
-    {K(ALLREDUCE), SHM, ANY_LAYOUT, AT(0), LIM(HALF), 0, 0, "one-shot"},
-    {K(ALLREDUCE), SHM, ANY_LAYOUT, AT(0), INF, 0, 0, "two-shot"},
+    {K(ALLREDUCE), SHM, ANY_LAYOUT, AT(0), LIM(HALF), 0, 0, A(allreduce_oneshot)},
+    {K(ALLREDUCE), SHM, ANY_LAYOUT, AT(0), INF, 0, 0, A(allreduce_twoshot)},
 };
 static const smddp__select_row_t rules_twoshot[] = {
-    {K(ALLREDUCE), SHM, ANY_LAYOUT, AT(0), INF, 0, 0, "two-shot"},
+    {K(ALLREDUCE), SHM, ANY_LAYOUT, AT(0), INF, 0, 0, A(allreduce_twoshot)},
 };
 static const smddp__select_row_t rules_hier[] = {
-    {K(ALLREDUCE), NET, ANY_LAYOUT, AT(0), LIM(LEADER), 0, 0, "hier-leader"},
-    {K(ALLREDUCE), NET, ANY_LAYOUT, AT(0), INF, 0, 0, "hierarchical"},
-    {K(REDUCE), NET, ANY_LAYOUT, AT(0), LIM(LEADER), 0, 0, "hier-leader"},
-    {K(REDUCE), NET, ANY_LAYOUT, AT(0), INF, 0, 0, "hierarchical"},
-    {K(REDUCE_SCATTER), NET, ANY_LAYOUT, AT(0), INF, 0, 0, "hierarchical"},
-    {K(ALLGATHER), NET, ANY_LAYOUT, AT(0), INF, 0, 0, "hierarchical"},
-    {K(BROADCAST), NET, ANY_LAYOUT, AT(0), INF, 0, 0, "hierarchical"},
-    {K(BARRIER), NET, ANY_LAYOUT, AT(0), INF, 0, 0, "hierarchical"},
+    {K(ALLREDUCE), NET, ANY_LAYOUT, AT(0), LIM(LEADER), 0, 0, A(hier_allreduce_leader)},
+    {K(ALLREDUCE), NET, ANY_LAYOUT, AT(0), INF, 0, 0, A(hier_allreduce)},
+    {K(REDUCE), NET, ANY_LAYOUT, AT(0), LIM(LEADER), 0, 0, A(hier_reduce_leader)},
+    {K(REDUCE), NET, ANY_LAYOUT, AT(0), INF, 0, 0, A(hier_reduce)},
+    {K(REDUCE_SCATTER), NET, ANY_LAYOUT, AT(0), INF, 0, 0, A(hier_reduce_scatter)},
+    {K(ALLGATHER), NET, ANY_LAYOUT, AT(0), INF, 0, 0, A(hier_allgather)},
+    {K(BROADCAST), NET, ANY_LAYOUT, AT(0), INF, 0, 0, A(hier_broadcast)},
+    {K(BARRIER), NET, ANY_LAYOUT, AT(0), INF, 0, 0, A(hier_barrier)},
 };
 #define N_OF(a) (int)(sizeof(a) / sizeof((a)[0]))
 
@@ -215,8 +216,8 @@ static const smddp__algo_t *match(const smddp__select_row_t *r, const smddp__sel
         return NULL;
     if (in->bytes < bound(&r->lo, in->lim) || in->bytes > bound(&r->hi, in->lim)) return NULL;
     if ((in->facts & r->need) != r->need || (in->facts & r->unless)) return NULL;
-    const smddp__algo_t *a = smddp__algo_find(r->kind, path, r->algo);
-    if (!a || (flat_only && a->hier)) return NULL;
+    const smddp__algo_t *a = r->algo;
+    if (flat_only && a->hier) return NULL;
     return !a->can_run || a->can_run(in) ? a : NULL;
 }
 
@@ -392,7 +393,7 @@ smddp_status_t smddp__select_parse(const char *spec, smddp__select_row_t *rows, 
         rows[(*n)++] = (smddp__select_row_t){
             .kind = a->kind, .path = a->path, .local_min = 1, .local_max = 0, .nodes_min = 1,
             .nodes_max = 0, .lo = AT(lo), .hi = AT(hi),
-            .algo = a->name};
+            .algo = a};
         p = end ? end + 1 : NULL;
     }
     return SMDDP_OK;
@@ -450,10 +451,9 @@ static void print_rows(FILE *out, const char *source, const smddp__select_row_t 
         put_bytes(los, sizeof(los), lo);
         put_bytes(his, sizeof(his), hi);
         put_facts(facts, sizeof(facts), r->need, r->unless);
-        const smddp__algo_t *a = smddp__algo_find(r->kind, r->path, r->algo);
-        if (!a || (flat_only && a->hier)) continue;
+        if (flat_only && r->algo->hier) continue;
         fprintf(out, "  %-15s %-5s %6s-%-6s %-14s %-10s %s\n", smddp__op_kind_name(r->kind),
-                smddp__path_name(r->path), los, his, r->algo, source, facts);
+                smddp__path_name(r->path), los, his, r->algo->name, source, facts);
     }
 }
 

@@ -50,8 +50,9 @@ typedef struct smddp__bound {
 /*
  * A row of the selection: an op of `kind` on `path` whose layout lies in
  * the local and node ranges, whose bytes lie in [lo, hi], and whose facts
- * include `need` and none of `unless`, runs `algo`. The first row that
- * matches and whose algorithm can run decides.
+ * include `need` and none of `unless`, runs `algo` (a registry entry of that
+ * kind and path). The first row that matches and whose algorithm can run
+ * decides.
  */
 typedef struct smddp__select_row {
     smddp__op_kind_t kind;
@@ -60,7 +61,7 @@ typedef struct smddp__select_row {
     int nodes_min, nodes_max;
     smddp__bound_t lo, hi;
     uint32_t need, unless;
-    const char *algo;
+    const struct smddp__algo *algo;
 } smddp__select_row_t;
 
 /* What the choice reads; smddp__select_input fills it from comm and op. */

@@ -90,9 +90,10 @@ static void test_registry(void **state)
     int rows;
     const smddp__select_row_t *t = smddp__select_table(&rows);
     for (int r = 0; r < rows; r++)
-        if (!smddp__algo_find(t[r].kind, t[r].path, t[r].algo))
-            fail_msg("row %d names %s, which %s on %s lacks", r, t[r].algo,
-                     smddp__op_kind_name(t[r].kind), smddp__path_name(t[r].path));
+        if (!t[r].algo || t[r].algo->kind != t[r].kind || t[r].algo->path != t[r].path)
+            fail_msg("row %d (%s on %s) names %s, an entry of another kind or path", r,
+                     smddp__op_kind_name(t[r].kind), smddp__path_name(t[r].path),
+                     t[r].algo ? t[r].algo->name : "nothing");
     /* Every host kind has an algorithm on one node and across nodes. */
     for (int k = 0; k < SMDDP_OP_KIND_COUNT; k++) {
         if (smddp__op_traits((smddp__op_kind_t)k)->p2p) continue;
