@@ -104,7 +104,7 @@ static int32_t input_of(int step, int rank, size_t row, size_t i)
     return (int32_t)(step * 1000003 + rank * 7919 + (int)row * 104729 + (int)i * 31 + 7);
 }
 
-/* The host side of one collective (ipc.c's ks_chunks): chunks that fit the scratch. */
+/* The host side of one collective (kernel_sync.c's chunks()): chunks that fit the scratch. */
 static void run_step(run_t *run, int s, const step_t *st)
 {
     world_t *w = run->w;
