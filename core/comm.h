@@ -74,7 +74,8 @@ struct smddp_comm {
     smddp__store_ref_t *store;
     /*
      * What the communicator holds open (transport/transport.h), in comm.c's
-     * order: smddp__comm_abort tells each of them.
+     * order: smddp__comm_abort tells each of them. Installed here rather than
+     * named in fail.c, which the transports call (no file cycle).
      */
     const struct smddp__transport *const *transports;
     int n_transports;

@@ -35,7 +35,6 @@
 #include <strings.h>
 
 #include "coll/coll.h"
-#include "cuda/ipc.h"
 #include "cuda/nccl.h"
 #include "select.h"
 #include "transport/shm.h"
@@ -264,15 +263,17 @@ static bool staged(const smddp__select_in_t *in)
     return !in->nccl_has_op || !in->nccl_loads;
 }
 
-/* Why a CUDA op that does not stage goes to NCCL rather than smddp's kernels; NULL: it does not. */
-static const char *to_nccl(const smddp__select_in_t *in)
+/*
+ * Why a CUDA op that does not stage goes to NCCL rather than smddp's kernels
+ * (ipc: its CUDA IPC entry, if any); NULL: it does not.
+ */
+static const char *to_nccl(const smddp__select_in_t *in, const smddp__algo_t *ipc)
 {
     if (in->backend_nccl && in->nccl_has_op) return "SMDDP_COMMUNICATION_BACKEND is nccl";
     if (in->node_count > 1)
         return "NCCL loads and crosses nodes with GPUDirect where the fabric allows "
                "(SMDDP_CUDA_NET=staged stages through host memory instead)";
-    if (!smddp__algo_find(in->kind, SMDDP_PATH_CUDA_IPC, NULL))
-        return "smddp has no CUDA all-to-all with split sizes yet";
+    if (!ipc) return "smddp has no CUDA all-to-all with split sizes yet";
     if (in->local_size > in->cuda_max_local) return "more local ranks than smddp's CUDA kernels combine";
     return NULL;
 }
@@ -289,9 +290,10 @@ smddp__choice_t smddp__select(const smddp__select_in_t *in)
         c.path = SMDDP_PATH_CUDA_STAGED;
         return c;
     }
-    c.why = to_nccl(in);
+    const smddp__algo_t *ipc = smddp__algo_find(in->kind, SMDDP_PATH_CUDA_IPC, NULL);
+    c.why = to_nccl(in, ipc);
     c.path = c.why ? SMDDP_PATH_NCCL : SMDDP_PATH_CUDA_IPC;
-    c.algo = c.why ? &through_nccl : smddp__algo_find(in->kind, SMDDP_PATH_CUDA_IPC, NULL);
+    c.algo = c.why ? &through_nccl : ipc;
     return c;
 }
 

@@ -6,9 +6,14 @@
 #include "stage.h"
 
 static const smddp__cuda_calls_t calls = {
-    smddp__cuda_usable,        smddp__cuda_execute,        smddp__cuda_status,
-    smddp__cuda_stage_prepare, smddp__cuda_stage_run,      smddp__cuda_stage_finish,
-    smddp__cuda_stage_enqueued, smddp__cuda_stage_ready,
+    .usable = smddp__cuda_usable,
+    .execute = smddp__cuda_execute,
+    .status = smddp__cuda_status,
+    .stage_prepare = smddp__cuda_stage_prepare,
+    .stage_run = smddp__cuda_stage_run,
+    .stage_finish = smddp__cuda_stage_finish,
+    .stage_enqueued = smddp__cuda_stage_enqueued,
+    .stage_ready = smddp__cuda_stage_ready,
 };
 #endif
 

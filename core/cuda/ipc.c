@@ -45,8 +45,6 @@
 #include "../fail.h"
 #include "../param.h"
 #include "../transport/shm.h"
-#include "../topo.h"
-#include "nccl.h"
 
 #if SMDDP_HAVE_CUDA
 #include <cuda_runtime_api.h>

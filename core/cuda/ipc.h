@@ -12,6 +12,11 @@
 #include "../algo.h"
 #include "../transport/transport.h"
 
+#if SMDDP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernel_sync.h"
+
 /*
  * Runs algo for op with the buffers' device current, leaving the calling
  * thread's device as it found it. With ipc, sets up the communicator's IPC
@@ -36,11 +41,6 @@ smddp_status_t smddp__cuda_status(smddp_comm_t comm);
  * destroy; abort stops this rank's kernels that wait for peers.
  */
 extern const smddp__transport_t smddp__cuda_ipc_transport;
-
-#if SMDDP_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "kernel_sync.h"
 
 /* A rank's interprocess events, by kind and half. */
 enum { SMDDP_CUDA_EV_READY, SMDDP_CUDA_EV_REDUCED, SMDDP_CUDA_EV_DONE, SMDDP_CUDA_EV_COUNT };

@@ -11,6 +11,7 @@
 #include "../comm.h"
 #include "../transport/transport.h"
 
+#if SMDDP_HAVE_CUDA
 /*
  * At issue, on the caller's thread, before smddp__submit, for an op the
  * router sends through host staging (smddp__route_prepare): enqueues its
@@ -44,5 +45,6 @@ smddp_status_t smddp__cuda_stage_ready(smddp__op_t *op);
 
 /* The pool of idle pinned buffers (comm->stages): set up at creation, freed at destroy. */
 extern const smddp__transport_t smddp__cuda_stage_transport;
+#endif /* SMDDP_HAVE_CUDA */
 
 #endif /* SMDDP_CORE_CUDA_STAGE_H */
