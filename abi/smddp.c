@@ -208,6 +208,7 @@ smddp_status_t smddp_comm_get_stats(smddp_comm_t comm, smddp_comm_stats_t *stats
                              "when n > 0, an array of n entries", n, late_ns ? "set" : "NULL");
     smddp_comm_stats_t full = {0};
     smddp__progress_stats(comm, &full, late_ns, n);
+    smddp__comm_costs(comm, &full);
     full.version = SMDDP_COMM_STATS_VERSION;
     uint32_t size = stats->struct_size;
     full.struct_size = size;

@@ -68,6 +68,8 @@ typedef struct bench_args {
     int inplace;
     int bind;
     int pool; /* --mem pool: buffers from smddp_mem_alloc */
+    double startup_at; /* --startup: measure start-up from this Unix time (0: from now) */
+    int startup;
 } bench_args_t;
 
 static int rank, nranks;
@@ -145,7 +147,12 @@ static void usage(void)
            "      --bind 0|1       with -p, pin rank r to the r-th allowed CPU, round robin, as\n"
            "                       mpirun does by default (default 1)\n"
            "      --mem pool       buffers from smddp_mem_alloc, which peers read and write in\n"
-           "                       place (smddp_bench only; default: aligned_alloc)\n");
+           "                       place (smddp_bench only; default: aligned_alloc)\n"
+           "      --startup AT     measure start-up instead: every rank waits until Unix time AT\n"
+           "                       (0: starts at once), creates the communicator (MPI: MPI_Init)\n"
+           "                       and runs one 8-byte allreduce; rank 0 prints the slowest\n"
+           "                       rank's time from AT and, for smddp, the store calls, bytes,\n"
+           "                       connections and threads per rank (most and total)\n");
 }
 
 static void parse_args(int argc, char **argv, bench_args_t *a)
@@ -156,8 +163,8 @@ static void parse_args(int argc, char **argv, bench_args_t *a)
         {"iters", 1, NULL, 'n'},    {"warmup_iters", 1, NULL, 'w'}, {"check", 1, NULL, 'c'},
         {"inplace", 1, NULL, 'i'},  {"procs", 1, NULL, 'p'},       {"format", 1, NULL, 'F'},
         {"ref", 1, NULL, 'R'},      {"help", 0, NULL, 'h'},        {"bind", 1, NULL, 'B'},
-        {"mem", 1, NULL, 'M'},      {NULL, 0, NULL, 0}};
-    *a = (bench_args_t){OP_ALLREDUCE, SMDDP_FLOAT32, SMDDP_SUM, 8, 64 << 20, 2.0, 20, 5, 1, 0, 0, 0, 0, 1, 0};
+        {"mem", 1, NULL, 'M'},      {"startup", 1, NULL, 'S'},     {NULL, 0, NULL, 0}};
+    *a = (bench_args_t){OP_ALLREDUCE, SMDDP_FLOAT32, SMDDP_SUM, 8, 64 << 20, 2.0, 20, 5, 1, 0, 0, 0, 0, 1, 0, 0, 0};
     int c;
     while ((c = getopt_long(argc, argv, "o:d:r:b:e:f:n:w:c:i:p:F:h", longopts, NULL)) != -1) {
         switch (c) {
@@ -196,6 +203,10 @@ static void parse_args(int argc, char **argv, bench_args_t *a)
             die("%s", "--mem pool is smddp_bench's only");
 #endif
             a->pool = 1;
+            break;
+        case 'S':
+            a->startup = 1;
+            a->startup_at = atof(optarg);
             break;
         case 'h': usage(); exit(0);
         default: usage(); exit(2);
@@ -649,26 +660,116 @@ static void spawn(int n, int do_bind)
 }
 #endif
 
+/* ---- start-up ------------------------------------------------------------- */
+
+static double unix_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Until Unix time at (a common start for every rank, after they were all launched). */
+static double wait_until(double at)
+{
+    double now = unix_now();
+    if (at <= 0) return now;
+    if (now > at) {
+        fprintf(stderr, "smddp_bench: --startup %.3f was %.3f s ago when this rank began; "
+                "give a later time\n", at, now - at);
+        exit(2);
+    }
+    while ((now = unix_now()) < at) {
+        double left = at - now;
+        struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    return at;
+}
+
+/* The threads of this process (the Threads line of /proc/self/status), -1 if unknown. */
+static int64_t process_threads(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int64_t n = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "Threads:", 8)) n = atoll(line + 8);
+    if (f) fclose(f);
+    return n;
+}
+
+static void startup_report(double start, double ready)
+{
+    double secs = max_over_ranks(ready - start);
+#ifdef BENCH_MPI
+    int64_t threads = (int64_t)max_over_ranks((double)process_threads());
+    if (rank == 0)
+        printf("# start-up, MPI: %d ranks\nranks,startup_s,process_threads\n%d,%.3f,%lld\n",
+               nranks, nranks, secs, (long long)threads);
+#else
+    smddp_comm_stats_t st = {.struct_size = sizeof(st)};
+    check_call(smddp_comm_get_stats(comm, &st, NULL, 0), "smddp_comm_get_stats");
+    int nodes = 0;
+    smddp_comm_node_count(comm, &nodes);
+    /* Each count's most on one rank, and its total (the store's load, for store calls). */
+    const int64_t mine[] = {(int64_t)st.create_store_ops, (int64_t)st.store_ops,
+                            (int64_t)st.store_bytes, st.connections, st.threads,
+                            process_threads()};
+    enum { N = sizeof(mine) / sizeof(mine[0]) };
+    int64_t most[N], total[N];
+    double create_s = max_over_ranks((double)st.create_ns * 1e-9);
+    for (int i = 0; i < N; i++) {
+        most[i] = (int64_t)max_over_ranks((double)mine[i]);
+        total[i] = sum_over_ranks(mine[i]);
+    }
+    if (rank == 0)
+        printf("# start-up, smddp: %d ranks on %d node(s); per rank: most (total over ranks)\n"
+               "ranks,nodes,startup_s,create_s,create_store_ops,store_ops,store_ops_total,store_bytes,"
+               "store_bytes_total,connections,connections_total,threads,process_threads\n"
+               "%d,%d,%.3f,%.3f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld\n",
+               nranks, nodes, nranks, nodes, secs, create_s, (long long)most[0], (long long)most[1],
+               (long long)total[1], (long long)most[2], (long long)total[2], (long long)most[3],
+               (long long)total[3], (long long)most[4], (long long)most[5]);
+#endif
+}
+
 int main(int argc, char **argv)
 {
     bench_args_t a;
     parse_args(argc, argv, &a);
+    double start = 0;
+    float x = 1, y = 0;
 #ifdef BENCH_MPI
     if (a.spawn) die("%s", "-p is for smddp_bench; start smddp_bench_mpi with mpirun -np N");
     if (a.dtype == SMDDP_FLOAT16 || a.dtype == SMDDP_BFLOAT16)
         die("MPI has no %s type", smddp_dtype_name(a.dtype));
+    if (a.startup) start = wait_until(a.startup_at);
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    run(&a);
+    if (a.startup) {
+        MPI_Allreduce(&x, &y, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        startup_report(start, unix_now());
+    } else {
+        run(&a);
+    }
     MPI_Finalize();
 #else
     if (a.spawn > 0) spawn(a.spawn, a.bind);
+    if (a.startup) start = wait_until(a.startup_at);
     smddp_status_t st = smddp_comm_create_from_env(NULL, &comm);
     check_call(st, "smddp_comm_create_from_env");
     smddp_comm_rank(comm, &rank);
     smddp_comm_size(comm, &nranks);
-    run(&a);
+    if (a.startup) {
+        check_call(smddp_allreduce(comm, &x, &y, 1, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL),
+                   "allreduce");
+        startup_report(start, unix_now());
+        barrier(); /* no rank waits in the report when rank 0, whose process serves the store, exits */
+    } else {
+        run(&a);
+    }
     smddp_comm_destroy(comm);
 #endif
     return 0;

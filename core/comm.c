@@ -97,22 +97,16 @@ static void transports_teardown(smddp_comm_t comm)
 static smddp_status_t discover(smddp_comm_t comm)
 {
     size_t len = smddp__params_agree_record(NULL, 0) + 1;
-    char *record = malloc(len), **records = NULL;
+    char *record = malloc(len);
     comm->params = malloc(sizeof(*comm->params));
     if (!record || !comm->params) {
         free(record);
         return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the settings' record");
     }
     smddp__params_agree_record(record, len);
-    smddp_status_t st = smddp__topo_discover(comm, record, &records);
+    smddp_status_t st = smddp__topo_discover(comm, record, comm->params);
     free(record);
-    SMDDP_CHECK(st);
-    char why[SMDDP_ERRMSG_MAX];
-    st = smddp__params_agree((const char *const *)records, comm->size, comm->params, why,
-                             sizeof(why));
-    smddp__topo_attached_free(records, comm->size);
-    if (st < 0) return smddp__error(st, "communicator creation: %s", why);
-    return SMDDP_OK;
+    return st;
 }
 
 /* SMDDP_ALGO, checked against the registry before anything is set up. */
@@ -137,6 +131,8 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     comm->timeout_ms = timeout_ms;
     smddp__verdicts_init(&comm->verdicts);
     comm->store = store;
+    int64_t began = smddp__now_ns();
+    smddp__store_counts(store, &comm->store_ops0, &comm->store_bytes0);
     comm->poll_abort = smddp__comm_poll_remote_abort;
     comm->transports = transports;
     comm->n_transports = N_TRANSPORTS;
@@ -162,6 +158,10 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     smddp__progress_start_nodes(comm);
 
     atomic_fetch_add(&store->refs, 1);
+    comm->create_ns = smddp__now_ns() - began;
+    smddp__store_counts(store, &comm->create_store_ops, &comm->create_store_bytes);
+    comm->create_store_ops -= comm->store_ops0;
+    comm->create_store_bytes -= comm->store_bytes0;
     SMDDP_INFO("communicator %s: rank %d of %d, local rank %d of %d, %d node(s), transports: "
                "shm%s%s%s%s", comm->prefix, comm->rank, comm->size, comm->local_rank,
                comm->local_size, comm->node_count, comm->net ? ", " : "",
@@ -179,6 +179,19 @@ fail_transports:
 fail:
     comm_free(comm);
     return st;
+}
+
+void smddp__comm_costs(smddp_comm_t comm, smddp_comm_stats_t *out)
+{
+    uint64_t ops, bytes;
+    smddp__store_counts(comm->store, &ops, &bytes);
+    out->create_ns = comm->create_ns;
+    out->create_store_ops = comm->create_store_ops;
+    out->create_store_bytes = comm->create_store_bytes;
+    out->store_ops = ops - comm->store_ops0;
+    out->store_bytes = bytes - comm->store_bytes0;
+    out->connections = atomic_load(&comm->connections);
+    out->threads = atomic_load(&comm->threads);
 }
 
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm)

@@ -128,6 +128,12 @@ struct smddp_comm {
     atomic_int completion_waiters;
     uint64_t next_seq;
     _Atomic uint64_t shrinks; /* smddp_comm_shrink calls so far: names the next one */
+    /* What the communicator cost this rank (smddp_comm_get_stats). */
+    int64_t create_ns;                    /* its creation's duration */
+    uint64_t store_ops0, store_bytes0;    /* the store's counts when its creation began */
+    uint64_t create_store_ops, create_store_bytes; /* and during its creation */
+    _Atomic int connections;              /* network peers resolved, liveness connections */
+    _Atomic int threads;                  /* threads started */
     _Atomic bool *seen_dead; /* per rank: the liveness watch saw it die (smddp_comm_peer_state) */
 
     /* Abort: first failure wins; later ops fail fast with its message. */
@@ -171,16 +177,18 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
                                   const char *prefix, int64_t timeout_ms,
                                   smddp_comm_t *out);
 smddp_status_t smddp__comm_split(smddp_comm_t comm, int color, int key, smddp_comm_t *out);
+/* smddp_comm_peer_state's answer for a checked rank (an smddp_peer_state_t). */
+int smddp__comm_peer_state(smddp_comm_t comm, int peer);
 /*
  * smddp_comm_shrink on checked arguments: excluded[r] for each parent rank
  * (never this one; at least one rank stays). Agrees on the list through the
  * parent's store, then creates the survivors' communicator under a fresh
  * prefix, all by one deadline (the parent's timeout).
  */
-/* smddp_comm_peer_state's answer for a checked rank (an smddp_peer_state_t). */
-int smddp__comm_peer_state(smddp_comm_t comm, int peer);
 smddp_status_t smddp__comm_shrink(smddp_comm_t comm, const bool *excluded, int flags,
                                   smddp_comm_t *out);
 smddp_status_t smddp__comm_destroy(smddp_comm_t comm);
+/* The version-2 fields of smddp_comm_get_stats: what comm has cost this rank. */
+void smddp__comm_costs(smddp_comm_t comm, smddp_comm_stats_t *out);
 
 #endif /* SMDDP_CORE_COMM_H */

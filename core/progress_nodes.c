@@ -3,6 +3,7 @@
  *
  * Store keys, all under <prefix>/nodes/ and bounded in number:
  *   clk/<node>/q, a, a<i>              the clock ping-pongs (ROUNDS per node)
+ *   clk/<node>/total, totals           its clock's offset to the reference
  *   arr/<node>/<b % WINDOW>            batch b of a node's arrivals
  *   arrs/<node>                        how many batches the node published
  *   sum, sums                          the reference node's summary, and
@@ -140,22 +141,42 @@ static bool await_count(smddp__nodes_t *n, const char *key, int64_t want, int64_
 /* ---- clock offsets ----------------------------------------------------------------- */
 
 /*
- * The ping-pongs of node k: its first rank counts its questions in
- * clk/<k>/q; the reference node reads its clock once it sees question i,
+ * Clocks are compared along a tree of nodes, so that no node answers more
+ * than CLOCK_FANOUT others however many nodes there are: the nodes, counted
+ * from the reference, in heap order; node at position i asks the node at
+ * (i - 1) / CLOCK_FANOUT, and adds that node's offset to the reference
+ * (clk/<node>/total, once it knows it) to its own, the error bounds adding
+ * up with it. The ping-pongs of node k: its first rank counts its questions
+ * in clk/<k>/q; the node it asks reads its clock once it sees question i,
  * writes the time in clk/<k>/a<i> and counts its answers in clk/<k>/a.
  */
+#define CLOCK_FANOUT 4
+
 static void clock_key(smddp__nodes_t *n, int node, const char *what, char *key, size_t cap)
 {
     snprintf(key, cap, "%s/nodes/clk/%d/%s", n->comm->prefix, node, what);
 }
 
-/* The reference node answers each other node's pings, node by node. */
+/* Position of node in the tree (the reference's is 0), and back. */
+static int clock_pos(smddp__nodes_t *n, int node)
+{
+    int count = n->comm->node_count;
+    return (node - n->ref_node + count) % count;
+}
+
+static int clock_node(smddp__nodes_t *n, int pos)
+{
+    return (pos + n->ref_node) % n->comm->node_count;
+}
+
+/* Answers the ping-pongs of the nodes that ask this one. */
 static void serve_clocks(smddp__nodes_t *n)
 {
     smddp_comm_t comm = n->comm;
     char key[512], name[16];
-    for (int node = 0; node < comm->node_count; node++) {
-        if (node == n->ref_node) continue;
+    int first = clock_pos(n, comm->node) * CLOCK_FANOUT + 1;
+    for (int pos = first; pos < first + CLOCK_FANOUT && pos < comm->node_count; pos++) {
+        int node = clock_node(n, pos);
         for (int i = 0; i < ROUNDS; i++) {
             clock_key(n, node, "q", key, sizeof(key));
             if (!await_count(n, key, i + 1, i ? ROUND_WAIT_MS : FIRST_WAIT_MS)) {
@@ -175,11 +196,11 @@ static void serve_clocks(smddp__nodes_t *n)
 }
 
 /*
- * A node's first rank: offset = reference clock - this clock, from the
- * round with the shortest trip: the reference read its clock (t1) between
- * t0 and t2, so the offset is within (t2 - t0) / 2 of t1 - (t0 + t2) / 2.
+ * This node's offset to the node it asks: offset = its clock - this clock,
+ * from the round with the shortest trip: it read its clock (t1) between t0
+ * and t2, so the offset is within (t2 - t0) / 2 of t1 - (t0 + t2) / 2.
  */
-static bool estimate_offset(smddp__nodes_t *n)
+static bool ping(smddp__nodes_t *n, int64_t *offset, int64_t *err)
 {
     smddp_comm_t comm = n->comm;
     char key[512], name[16];
@@ -202,11 +223,59 @@ static bool estimate_offset(smddp__nodes_t *n)
         int64_t half = (t2 - t0 + 1) / 2;
         if (best < 0 || half < best) {
             best = half;
-            n->offset_ns = t1 - (t0 + (t2 - t0) / 2);
+            *offset = t1 - (t0 + (t2 - t0) / 2);
         }
     }
-    n->err_ns = best;
+    *err = best;
     return true;
+}
+
+/*
+ * This node's offset to the reference: its own to the node it asks, plus
+ * that node's to the reference, published as [known, offset, error] under
+ * clk/<node>/total (with clk/<node>/totals counting to 1) for the nodes that
+ * ask this one.
+ */
+static bool estimate_offset(smddp__nodes_t *n)
+{
+    smddp_comm_t comm = n->comm;
+    int pos = clock_pos(n, comm->node);
+    int64_t total[3] = {1, 0, 0};
+    if (pos > 0) {
+        int64_t offset = 0, err = 0;
+        bool ok = ping(n, &offset, &err);
+        if (ok && pos > CLOCK_FANOUT) { /* the node asked is not the reference */
+            char key[512];
+            int up = clock_node(n, (pos - 1) / CLOCK_FANOUT);
+            void *v = NULL;
+            size_t len = 0;
+            clock_key(n, up, "totals", key, sizeof(key));
+            ok = await_count(n, key, 1, FIRST_WAIT_MS);
+            clock_key(n, up, "total", key, sizeof(key));
+            ok = ok && smddp__store_get(comm->store, key, 1000, &v, &len) == SMDDP_OK;
+            int64_t theirs[3] = {0, 0, 0};
+            if (ok && len == sizeof(theirs)) memcpy(theirs, v, sizeof(theirs));
+            free(v);
+            ok = ok && theirs[0] == 1;
+            offset += theirs[1];
+            err += theirs[2];
+        }
+        total[0] = ok;
+        total[1] = offset;
+        total[2] = err;
+    }
+    n->offset_ns = total[1];
+    n->err_ns = total[2];
+    if (pos * CLOCK_FANOUT + 1 < comm->node_count) { /* nodes ask this one */
+        char key[512];
+        int64_t count;
+        clock_key(n, comm->node, "total", key, sizeof(key));
+        if (smddp__store_set(comm->store, key, total, sizeof(total)) == SMDDP_OK) {
+            clock_key(n, comm->node, "totals", key, sizeof(key));
+            (void)smddp__store_add(comm->store, key, 1, &count);
+        }
+    }
+    return total[0] == 1;
 }
 
 /* ---- the node's batches -------------------------------------------------------------- */
@@ -464,18 +533,12 @@ static void *nodes_main(void *arg)
 {
     smddp__nodes_t *n = arg;
     smddp__library_thread_begin("straggler telemetry");
-    if (n->reference) {
-        serve_clocks(n);
-        n->offset_ns = 0;
-        n->err_ns = 0;
-        n->offset_known = true;
-    } else {
-        n->offset_known = estimate_offset(n);
-        if (!n->offset_known && !stopping(n))
-            SMDDP_INFO("%s: rank %d could not measure its node's clock offset; this node's "
-                       "arrivals are not compared with other nodes'", n->comm->prefix,
-                       n->comm->rank);
-    }
+    n->offset_known = estimate_offset(n);
+    serve_clocks(n);
+    if (!n->offset_known && !stopping(n))
+        SMDDP_INFO("%s: rank %d could not measure its node's clock offset; this node's "
+                   "arrivals are not compared with other nodes'", n->comm->prefix,
+                   n->comm->rank);
     if (n->offset_known)
         SMDDP_INFO("%s: node %d's clock is %+.3f ms off the reference node's, within %.3f ms",
                    n->comm->prefix, n->comm->node, (double)n->offset_ns / 1e6,
@@ -553,6 +616,7 @@ smddp__nodes_t *smddp__nodes_start(smddp_comm_t comm)
     if (ok && n->leader) {
         ok = pthread_create(&n->thread, NULL, nodes_main, n) == 0;
         n->started = ok;
+        if (ok) atomic_fetch_add(&comm->threads, 1);
     }
     if (!ok) {
         SMDDP_INFO("%s: no straggler telemetry across nodes (out of memory or threads)",

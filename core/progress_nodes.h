@@ -5,8 +5,9 @@
  * runs a thread that:
  *   - estimates, right after the communicator is created, its clock's
  *     offset to the clock of the node of comm rank 0 (the reference), by
- *     ping-pongs through the store; the error bound is half the shortest
- *     round trip;
+ *     ping-pongs through the store along a tree of nodes (each answers at
+ *     most four); the error bound is half the shortest round trip, summed
+ *     along the tree;
  *   - takes its node's arrivals at each collective from the thread that runs
  *     ops (smddp__nodes_push), converts them to the reference clock and
  *     publishes them through the store every 100 ms.

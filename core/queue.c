@@ -230,6 +230,7 @@ smddp_status_t smddp__sched_start(smddp_comm_t comm)
     if (rc != 0)
         return smddp__error(SMDDP_ERR_SYSTEM, "cannot start the progress thread: %s", strerror(rc));
     comm->thread_started = true;
+    atomic_fetch_add(&comm->threads, 1);
     return SMDDP_OK;
 }
 

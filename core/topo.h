@@ -5,20 +5,28 @@
 #define SMDDP_CORE_TOPO_H
 
 #include "comm.h"
+#include "param.h"
 
 /* This process's node name (SMDDP_HOSTNAME, else the host name). */
 void smddp__node_name(char *out, size_t cap);
 
 /*
- * Exchanges node names through comm's store and fills comm's topology:
- * node_count, node, node_of, local_rank, local_size, local_ranks, and
- * node_ranks when every node holds as many ranks. attach (a string) travels
- * with this rank's node name; on success *attached holds every rank's, in
- * rank order (free with smddp__topo_attached_free), at no extra store
- * operation.
+ * The rendezvous: exchanges node names and the settings' agreement records
+ * (smddp__params_agree_record) through comm's store, fills comm's topology
+ * (node_count, node, node_of, local_rank, local_size, local_ranks, and
+ * node_ranks when every node holds as many ranks), and the settings every
+ * rank agreed on into *agreed. Every rank returns the same error when a
+ * rank is missing or the ranks disagree.
  */
-smddp_status_t smddp__topo_discover(smddp_comm_t comm, const char *attach, char ***attached);
-void smddp__topo_attached_free(char **attached, int n);
+smddp_status_t smddp__topo_discover(smddp_comm_t comm, const char *settings,
+                                    smddp__params_t *agreed);
+
+/*
+ * The value a rank heading no other publishes under "<prefix>/host/<rank>"
+ * (for tests that act as a rank): the length it needs; written when cap
+ * holds it.
+ */
+size_t smddp__topo_record(char *out, size_t cap, const char *node, const char *settings);
 
 /*
  * The most ranks one node may hold: the algorithms inside a node keep a

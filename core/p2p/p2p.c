@@ -618,6 +618,7 @@ smddp_status_t smddp__p2p_submit(smddp_comm_t comm, smddp__op_t *op)
             return smddp__error(SMDDP_ERR_SYSTEM, "cannot start the send/recv thread: %s",
                                 strerror(rc));
         }
+        atomic_fetch_add(&comm->threads, 1);
     }
     /* A small send would complete before the health check saw a peer's abort. */
     SMDDP_CHECK(smddp__comm_check_alive(comm, op));

@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "ref.h"
@@ -20,6 +21,8 @@ smddp__store_ref_t *smddp__store_ref_new(const smddp_store_t *table)
     pthread_mutex_init(&ref->lock, NULL);
     atomic_init(&ref->refs, 1);
     atomic_init(&ref->queued, 0);
+    atomic_init(&ref->ops, 0);
+    atomic_init(&ref->bytes, 0);
     return ref;
 }
 
@@ -32,6 +35,18 @@ static smddp_status_t store_fail(smddp_status_t st, const char *what, const char
                                   inner[0] ? ": " : "", inner);
     return smddp__error_quiet(st < 0 ? st : SMDDP_ERR_STORE, "store %s of key %s failed%s%s", what,
                               key, inner[0] ? ": " : "", inner);
+}
+
+static void count(smddp__store_ref_t *s, const char *key, size_t len)
+{
+    atomic_fetch_add_explicit(&s->ops, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->bytes, strlen(key) + len, memory_order_relaxed);
+}
+
+void smddp__store_counts(smddp__store_ref_t *s, uint64_t *ops, uint64_t *bytes)
+{
+    *ops = atomic_load_explicit(&s->ops, memory_order_relaxed);
+    *bytes = atomic_load_explicit(&s->bytes, memory_order_relaxed);
 }
 
 void smddp__store_lock(smddp__store_ref_t *s)
@@ -47,6 +62,7 @@ smddp_status_t smddp__store_set(smddp__store_ref_t *s, const char *key, const vo
     smddp__store_lock(s);
     smddp_status_t st = s->table.set(s->table.ctx, key, v, len);
     pthread_mutex_unlock(&s->lock);
+    count(s, key, len);
     return st < 0 ? store_fail(st, "set", key) : SMDDP_OK;
 }
 
@@ -92,6 +108,7 @@ smddp_status_t smddp__store_get(smddp__store_ref_t *s, const char *key, int64_t 
             nanosleep(&ts, NULL);
         }
     }
+    count(s, key, st < 0 ? 0 : *len);
     if (st < 0) {
         free(*v);
         *v = NULL;
@@ -110,6 +127,7 @@ smddp_status_t smddp__store_add(smddp__store_ref_t *s, const char *key, int64_t 
     smddp__store_lock(s);
     smddp_status_t st = s->table.add(s->table.ctx, key, delta, result);
     pthread_mutex_unlock(&s->lock);
+    count(s, key, sizeof(delta) + sizeof(*result));
     return st < 0 ? store_fail(st, "add", key) : SMDDP_OK;
 }
 

@@ -18,6 +18,8 @@ typedef struct smddp__store_ref {
     pthread_mutex_t lock;    /* one callback at a time */
     atomic_int queued;       /* threads waiting for lock (a get lets them in between slices) */
     void (*on_free)(struct smddp__store_ref *self); /* optional, before it is freed */
+    _Atomic uint64_t ops;    /* set, get and add calls made through this reference */
+    _Atomic uint64_t bytes;  /* the keys and values they sent and received */
 } smddp__store_ref_t;
 
 /*
@@ -33,6 +35,11 @@ smddp_status_t smddp__store_get(smddp__store_ref_t *s, const char *key, int64_t 
 smddp_status_t smddp__store_add(smddp__store_ref_t *s, const char *key, int64_t delta,
                                 int64_t *result);
 void smddp__store_unref(smddp__store_ref_t *s);
+/*
+ * What went through s so far: calls (a get is one however long it waits
+ * for its key) and the bytes of their keys and values.
+ */
+void smddp__store_counts(smddp__store_ref_t *s, uint64_t *ops, uint64_t *bytes);
 
 /* The store's lock, for a caller that makes several calls on the table at once. */
 void smddp__store_lock(smddp__store_ref_t *s);

@@ -41,7 +41,8 @@ struct smddp__net_ep {
     struct fid_av *av;
     struct fid_cq *cq;
     struct fid_ep *ep;
-    fi_addr_t *addrs; /* per comm rank */
+    fi_addr_t *addrs; /* per comm rank; FI_ADDR_NOTAVAIL until first needed (resolve) */
+    char channel[16]; /* the store keys' infix: "ofi" or "ofi-p2p" */
     char provider[64];
     bool hmem;        /* the provider can move device memory (FI_HMEM) */
     bool abandoned;   /* a failed op left transfers posted: never read the queue again */
@@ -124,60 +125,86 @@ static smddp_status_t open_endpoint(ofi_t *o)
     return SMDDP_OK;
 }
 
-/* Publishes this rank's address under channel and inserts every rank's, in rank order. */
-static smddp_status_t exchange_addresses(smddp_comm_t comm, ofi_t *o, const char *channel)
+/* Publishes this rank's address under the endpoint's channel; peers' are read when first needed. */
+static smddp_status_t publish_address(smddp_comm_t comm, ofi_t *o)
 {
     /*
      * Published as "provider\0address": ranks on different providers (say
      * net on one host, tcp;ofi_rxm on another, whose protocols differ) would
-     * only time out talking to each other, so they fail here saying why.
+     * only time out talking to each other, so they fail saying why.
      */
     char name[sizeof(o->provider) + ADDR_MAX], key[320];
     size_t plen = strlen(o->provider) + 1, len = ADDR_MAX;
     memcpy(name, o->provider, plen);
     int rc = fi_getname(&o->ep->fid, name + plen, &len);
     if (rc != 0) return fi_error(rc, "fi_getname");
-    snprintf(key, sizeof(key), "%s/%s/%d", comm->prefix, channel, comm->rank);
+    snprintf(key, sizeof(key), "%s/%s/%d", comm->prefix, o->channel, comm->rank);
     SMDDP_CHECK(smddp__store_set(comm->store, key, name, plen + len));
-    o->addrs = calloc((size_t)comm->size, sizeof(*o->addrs));
+    o->addrs = malloc((size_t)comm->size * sizeof(*o->addrs));
     if (!o->addrs) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the address table");
-    for (int r = 0; r < comm->size; r++) {
-        void *v = NULL;
-        size_t vlen = 0;
-        snprintf(key, sizeof(key), "%s/%s/%d", comm->prefix, channel, r);
-        SMDDP_CHECK(smddp__store_get(comm->store, key, comm->timeout_ms, &v, &vlen));
-        const char *theirs = v;
-        size_t tlen = vlen ? strnlen(theirs, vlen) : 0;
-        if (vlen > 0 && (tlen == vlen || strcmp(theirs, o->provider) != 0)) {
-            smddp_status_t st = smddp__error(
-                SMDDP_ERR_MISMATCH, "rank %d uses libfabric provider \"%.*s\" between "
-                "nodes and rank %d uses \"%s\": they cannot talk; set SMDDP_OFI_PROVIDER (or "
-                "FI_PROVIDER) the same on every rank", r, (int)SMDDP_MIN(tlen, (size_t)63),
-                theirs, comm->rank, o->provider);
-            free(v);
-            return st;
-        }
-        size_t alen = vlen ? vlen - tlen - 1 : 0; /* the address after "provider\0" */
-        if (alen == 0 || alen > ADDR_MAX) {
-            free(v);
-            return smddp__error(SMDDP_ERR_STORE, "rank %d published a %zu-byte %s address "
-                                "(store key %s); expected 1-%d bytes", r, alen, o->provider,
-                                key, ADDR_MAX);
-        }
-        rc = fi_av_insert(o->av, theirs + tlen + 1, 1, &o->addrs[r], 0, NULL);
-        free(v);
-        if (rc != 1)
-            return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: inserting rank %d's address "
-                                "failed: %s", r, smddp__fab_strerror(rc < 0 ? -rc : FI_EINVAL));
-    }
+    for (int r = 0; r < comm->size; r++) o->addrs[r] = FI_ADDR_NOTAVAIL;
     return SMDDP_OK;
 }
 
 /*
- * Endpoints of software providers that a failed collective abandoned, kept
- * open (and reachable, for the leak checker) until the process ends; see
- * abort_xfer. One per failed communicator.
+ * Reads the peer's published address and inserts it, the first time the peer
+ * is named; a rank talks to few peers in most jobs (its rings' neighbours),
+ * so start-up reads no address table whose size grows with the job. The read
+ * waits in slices, so that an abort or the op's deadline ends it.
  */
+static smddp_status_t resolve(ofi_t *o, int peer)
+{
+    if (o->addrs[peer] != FI_ADDR_NOTAVAIL) return SMDDP_OK;
+    smddp_comm_t comm = o->comm;
+    char key[320];
+    snprintf(key, sizeof(key), "%s/%s/%d", comm->prefix, o->channel, peer);
+    int64_t deadline = o->deadline_ns ? o->deadline_ns
+                                      : smddp__now_ns() + comm->timeout_ms * 1000000LL;
+    void *v = NULL;
+    size_t vlen = 0;
+    for (;;) {
+        int64_t left_ms = (deadline - smddp__now_ns()) / 1000000;
+        smddp_status_t st = smddp__store_get(comm->store, key, SMDDP_MAX(SMDDP_MIN(left_ms, 1000), 1),
+                                             &v, &vlen);
+        if (st == SMDDP_OK) break;
+        if (st != SMDDP_ERR_TIMEOUT) return st;
+        if (smddp__comm_poll_abort(comm, smddp__now_ns(), peer))
+            return smddp__error_quiet(SMDDP_ERR_ABORTED, "looking up rank %d's network address "
+                                      "failed: communicator aborted: %s", peer, comm->abort_msg);
+        if (left_ms <= 1000)
+            return smddp__error(SMDDP_ERR_TIMEOUT, "rank %d's network address did not appear "
+                                "in the store within %.3f s (store key %s): has it joined?",
+                                peer, (double)comm->timeout_ms / 1000.0, key);
+    }
+    const char *theirs = v;
+    size_t tlen = vlen ? strnlen(theirs, vlen) : 0;
+    if (vlen > 0 && (tlen == vlen || strcmp(theirs, o->provider) != 0)) {
+        smddp_status_t st = smddp__error(
+            SMDDP_ERR_MISMATCH, "rank %d uses libfabric provider \"%.*s\" between "
+            "nodes and rank %d uses \"%s\": they cannot talk; set SMDDP_OFI_PROVIDER (or "
+            "FI_PROVIDER) the same on every rank", peer, (int)SMDDP_MIN(tlen, (size_t)63),
+            theirs, comm->rank, o->provider);
+        free(v);
+        return st;
+    }
+    size_t alen = vlen ? vlen - tlen - 1 : 0; /* the address after "provider\0" */
+    if (alen == 0 || alen > ADDR_MAX) {
+        free(v);
+        return smddp__error(SMDDP_ERR_STORE, "rank %d published a %zu-byte %s address "
+                            "(store key %s); expected 1-%d bytes", peer, alen, o->provider,
+                            key, ADDR_MAX);
+    }
+    int rc = fi_av_insert(o->av, theirs + tlen + 1, 1, &o->addrs[peer], 0, NULL);
+    free(v);
+    if (rc != 1) {
+        o->addrs[peer] = FI_ADDR_NOTAVAIL;
+        return smddp__error(SMDDP_ERR_SYSTEM, "libfabric: inserting rank %d's address "
+                            "failed: %s", peer, smddp__fab_strerror(rc < 0 ? -rc : FI_EINVAL));
+    }
+    atomic_fetch_add(&comm->connections, 1);
+    return SMDDP_OK;
+}
+
 static ofi_t *left_open;
 static pthread_mutex_t left_open_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -206,13 +233,23 @@ static void instance_close(ofi_t *o)
 }
 
 /* One endpoint with its own fabric and domain, so that two threads never share a domain. */
-static smddp_status_t instance_open(smddp_comm_t comm, const char *channel, ofi_t **out)
+static smddp_status_t instance_open(smddp_comm_t comm, const char *channel, bool neighbours,
+                                    ofi_t **out)
 {
     ofi_t *o = calloc(1, sizeof(*o));
     if (!o) return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate the network transport");
     o->comm = comm;
+    snprintf(o->channel, sizeof(o->channel), "%s", channel);
     smddp_status_t st = open_endpoint(o);
-    if (st >= 0) st = exchange_addresses(comm, o, channel);
+    if (st >= 0) st = publish_address(comm, o);
+    /*
+     * The collectives' ring neighbours now: they are the peers of the flat
+     * algorithms, and ranks on different providers then fail at creation (in
+     * any ring of ranks that do not all agree, two neighbours differ)
+     * instead of at their first transfer.
+     */
+    if (st >= 0 && neighbours && comm->size > 1) st = resolve(o, (comm->rank + 1) % comm->size);
+    if (st >= 0 && neighbours && comm->size > 2) st = resolve(o, (comm->rank + comm->size - 1) % comm->size);
     if (st < 0) {
         instance_close(o);
         return st;
@@ -225,8 +262,8 @@ static smddp_status_t setup(smddp_comm_t comm, ofi_t **coll, ofi_t **p2p)
 {
     /* Collectives use one endpoint (their thread), send/recv another (the p2p thread). */
     ofi_t *o = NULL, *o_p2p = NULL;
-    smddp_status_t st = instance_open(comm, "ofi", &o);
-    if (st >= 0) st = instance_open(comm, "ofi-p2p", &o_p2p);
+    smddp_status_t st = instance_open(comm, "ofi", true, &o);
+    if (st >= 0) st = instance_open(comm, "ofi-p2p", false, &o_p2p);
     if (st < 0) {
         char msg[SMDDP_ERRMSG_MAX];
         snprintf(msg, sizeof(msg), "%s", smddp__last_error());
@@ -262,6 +299,10 @@ static bool sockaddr_of(ofi_t *o, int rank, struct sockaddr_storage *addr, unsig
     if (f != FI_SOCKADDR && f != FI_SOCKADDR_IN && f != FI_SOCKADDR_IN6) return false;
     size_t n = sizeof(*addr);
     memset(addr, 0, sizeof(*addr));
+    if (rank != o->comm->rank && resolve(o, rank) != SMDDP_OK) {
+        smddp__clear_error();
+        return false;
+    }
     int rc = rank == o->comm->rank ? fi_getname(&o->ep->fid, addr, &n)
                                    : fi_av_lookup(o->av, o->addrs[rank], addr, &n);
     if (rc != 0 || n > sizeof(*addr)) return false;
@@ -371,6 +412,7 @@ static smddp_status_t post(ofi_t *o, smddp__xfer_t *x, int is_send, int peer,
                             "collective");
     void *desc = NULL;
     /* A zero-length transfer needs no registration (its buffer may be NULL). */
+    SMDDP_CHECK(resolve(o, peer));
     if (o->mr && len > 0) {
         struct smddp__mr_entry *pin;
         SMDDP_CHECK(smddp__mr_cache_get(o->mr, buf, len, &pin));
@@ -413,6 +455,7 @@ static smddp_status_t peek(ofi_t *o, smddp__xfer_t *x, int peer, uint64_t tag, u
     if (o->abandoned)
         return smddp__error(SMDDP_ERR_ABORTED, "the network endpoint was abandoned by a failed "
                             "collective");
+    SMDDP_CHECK(resolve(o, peer));
     struct fi_msg_tagged msg = {
         .msg_iov = NULL,
         .desc = NULL,

@@ -29,6 +29,15 @@ static void fab_open(void)
 {
     /* FI_PROVIDER is read when libfabric initialises: settle it before. */
     pthread_once(&efa_once, drop_absent_efa);
+    /*
+     * With a shared receive context (its default), tcp;ofi_rxm posts 4,096
+     * receive buffers of 16 KiB per endpoint: 64 MiB written at fi_enable,
+     * a fifth of a second of system time per rank and most of the start-up
+     * of many ranks on one machine. 128 (its default without one) serve the
+     * messages that arrive before their receive is posted; larger ones go by
+     * rendezvous and need no buffer. A value set by the user stays.
+     */
+    setenv("FI_OFI_RXM_MSG_RX_SIZE", "128", 0);
     const char *path = smddp__params()->ofi_library[0] ? smddp__params()->ofi_library
                                                        : "libfabric.so.1";
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);

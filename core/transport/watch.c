@@ -37,12 +37,15 @@
  * refusal in the store, and a refusal is then never taken for a death by
  * any rank of the communicator.
  *
- * Peers' addresses are read from libfabric once, at creation: later looks
- * come from several threads, and the address vector belongs to the
- * progress thread (FI_THREAD_DOMAIN).
+ * Each rank publishes its listening IP address and port ("port address")
+ * in the store; a watcher reads a peer's only when it starts watching it (the
+ * next rank at creation, others when an op waits for them), so creation
+ * reads one key, and libfabric's address vector, which belongs to the
+ * progress thread (FI_THREAD_DOMAIN), is never looked into from here.
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -58,6 +61,7 @@
 #define CONNECT_WAIT_MS 2000
 #define LISTEN_QUEUE 64
 #define STORE_MS 50                    /* on demand */
+#define VALUE_MAX (8 + INET6_ADDRSTRLEN) /* "port address" */
 #define RETRY_NS (1000 * 1000000LL)
 
 enum { W_NONE, W_CONNECTING, W_UP, W_OFF };
@@ -68,8 +72,7 @@ typedef struct watched {
     int64_t reset_ns; /* when the connection broke without a goodbye (0: it has not) */
     bool refused;     /* it broke before it was up: the rank's socket was closed already */
     int64_t retry_ns; /* W_NONE: not before this (its port was not to be had) */
-    struct sockaddr_in6 addr; /* its endpoint's IP address (v4 or v6; port unset) */
-    socklen_t addr_len;       /* 0: none (not an IP provider) */
+    bool watchable;   /* the next rank, and ranks on other nodes */
 } watched_t;
 
 struct smddp__watch {
@@ -152,10 +155,8 @@ static void look(watched_t *p, int rank, int64_t now_ns)
 static void watch(smddp_comm_t comm, int rank, int64_t store_ms, int wait_ms)
 {
     watched_t *p = &comm->watch->peers[rank];
-    struct sockaddr_in6 addr = p->addr;
-    socklen_t len = p->addr_len;
     p->state = W_OFF;
-    if (!len) return;
+    if (!p->watchable) return;
     char key[320];
     void *v = NULL;
     size_t vlen = 0;
@@ -165,9 +166,27 @@ static void watch(smddp_comm_t comm, int rank, int64_t store_ms, int wait_ms)
         p->retry_ns = smddp__now_ns() + RETRY_NS;
         return;
     }
-    long port = vlen > 0 && vlen < 16 && ((char *)v)[vlen - 1] == '\0' ? strtol(v, NULL, 10) : 0;
+    /* "port address" (port 0: it cannot be watched) */
+    struct sockaddr_in6 addr = {0};
+    socklen_t len = 0;
+    char text[VALUE_MAX] = "";
+    long port = 0;
+    if (vlen > 0 && vlen <= sizeof(text) && ((char *)v)[vlen - 1] == '\0') {
+        memcpy(text, v, vlen);
+        char *end = NULL;
+        port = strtol(text, &end, 10);
+        const char *host = end && *end == ' ' ? end + 1 : "";
+        struct sockaddr_in *v4 = (struct sockaddr_in *)&addr;
+        if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+            v4->sin_family = AF_INET;
+            len = sizeof(*v4);
+        } else if (inet_pton(AF_INET6, host, &addr.sin6_addr) == 1) {
+            addr.sin6_family = AF_INET6;
+            len = sizeof(addr);
+        }
+    }
     free(v);
-    if (port <= 0 || port > 65535) {
+    if (port <= 0 || port > 65535 || !len) {
         watch_off(p, rank, "it cannot listen", 0);
         return;
     }
@@ -178,6 +197,7 @@ static void watch(smddp_comm_t comm, int rank, int64_t store_ms, int wait_ms)
         return;
     }
     p->state = W_CONNECTING;
+    atomic_fetch_add(&comm->connections, 1);
     if (connect(p->fd, (struct sockaddr *)&addr, len) != 0 && errno != EINPROGRESS) {
         if (errno == ECONNREFUSED) {
             p->reset_ns = smddp__now_ns();
@@ -208,20 +228,17 @@ static smddp_status_t watch_open(smddp_comm_t comm)
     comm->watch = w;
     int next = (comm->rank + 1) % comm->size;
     for (int r = 0; r < comm->size; r++) {
-        struct sockaddr_storage a;
-        unsigned n;
         peers[r].fd = -1;
-        if ((r == comm->rank || r == next || comm->node_of[r] != comm->node) &&
-            comm->net->sockaddr(comm->net_ep, r, &a, &n) && n <= sizeof(peers[r].addr)) {
-            memcpy(&peers[r].addr, &a, n);
-            peers[r].addr_len = n;
-        }
+        peers[r].watchable = r != comm->rank && (r == next || comm->node_of[r] != comm->node);
     }
 
+    /* Listening on this rank's network address; its peers read it with the port. */
     struct sockaddr_storage me = {0};
-    socklen_t len = peers[comm->rank].addr_len;
+    unsigned n = 0;
+    socklen_t len = 0;
     unsigned port = 0;
-    memcpy(&me, &peers[comm->rank].addr, len);
+    char host[INET6_ADDRSTRLEN] = "";
+    if (comm->net->sockaddr(comm->net_ep, comm->rank, &me, &n) && n <= sizeof(me)) len = n;
     if (!len) {
         SMDDP_INFO("no liveness watch across nodes: the network provider's addresses are not "
                    "IP addresses");
@@ -237,12 +254,16 @@ static smddp_status_t watch_open(smddp_comm_t comm)
             w->listen_fd = -1;
         } else {
             port = ntohs(((struct sockaddr_in *)&me)->sin_port);
+            const void *ip = me.ss_family == AF_INET
+                                 ? (const void *)&((struct sockaddr_in *)&me)->sin_addr
+                                 : (const void *)&((struct sockaddr_in6 *)&me)->sin6_addr;
+            if (!inet_ntop(me.ss_family, ip, host, sizeof(host))) port = 0;
         }
     }
-    /* Port 0 tells watchers that this rank cannot be watched. */
-    char key[320], value[16];
+    /* "port address"; port 0 tells watchers that this rank cannot be watched. */
+    char key[320], value[VALUE_MAX];
     snprintf(key, sizeof(key), "%s/watch/%d", comm->prefix, comm->rank);
-    snprintf(value, sizeof(value), "%u", port);
+    snprintf(value, sizeof(value), "%u %s", port, host);
     SMDDP_CHECK(smddp__store_set(comm->store, key, value, strlen(value) + 1));
     if (w->listen_fd >= 0) {
         watched_t *p = &w->peers[next];

@@ -33,6 +33,7 @@
 #include "harness.h"
 #include "param.h"
 #include "store/store.h"
+#include "topo.h"
 #include "transport/net.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -1126,7 +1127,7 @@ static void test_bad_create_arguments(void **state)
     assert_true(comm == (smddp_comm_t)(uintptr_t)0x5eed);
     /* A store that fails is reported as such, with the key. */
     assert_int_equal(smddp_comm_create(&store, 0, 1, NULL, &comm), SMDDP_ERR_STORE);
-    assert_non_null(strstr(smddp_get_last_error(NULL), "smddp/host/0"));
+    assert_non_null(strstr(smddp_get_last_error(NULL), "smddp/topo"));
     assert_true(comm == (smddp_comm_t)(uintptr_t)0x5eed);
     assert_int_equal(smddp_comm_destroy(NULL), SMDDP_OK);
 }
@@ -1270,11 +1271,12 @@ static void killed_in_setup_fn(smddp_comm_t unused, int rank, int size, void *ar
     (void)arg;
     record_pid(rank);
     if (rank == 1) {
-        static char record[8192] = "fault-node";
-        size_t at = sizeof("fault-node");
-        size_t len = smddp__params_agree_record(record + at, sizeof(record) - at);
-        H_CHECK(at + len < sizeof(record), "the settings' record takes %zu bytes", len);
-        publish("kis/host/1", record, at + len + 1);
+        static char settings[8192], record[8400];
+        size_t len = smddp__params_agree_record(settings, sizeof(settings));
+        H_CHECK(len < sizeof(settings), "the settings' record takes %zu bytes", len);
+        len = smddp__topo_record(record, sizeof(record), "fault-node", settings);
+        H_CHECK(len <= sizeof(record), "the node record takes %zu bytes", len);
+        publish("kis/host/1", record, len);
         raise(SIGKILL);
     }
     smddp_comm_t comm = NULL;
@@ -1296,8 +1298,8 @@ static void test_killed_during_shm_setup(void **state)
 }
 
 /*
- * Rank 1 publishes a node record as a libsmddp without the settings' record
- * would (the node name alone): rank 0 refuses at once, saying why.
+ * Rank 1 publishes a node record as an older libsmddp would (the node name
+ * alone, read by every rank): rank 0 refuses at once, saying why.
  */
 static void old_record_fn(smddp_comm_t unused, int rank, int size, void *arg)
 {
@@ -1312,7 +1314,7 @@ static void old_record_fn(smddp_comm_t unused, int rank, int size, void *arg)
     smddp_status_t st = harness_try_comm(rank, size, "old", -1, &comm);
     const char *msg = smddp_get_last_error(NULL);
     H_STATUS(st, SMDDP_ERR_MISMATCH);
-    H_HAS(msg, "rank 1 published its node name without the settings");
+    H_HAS(msg, "rank 1 published its node record in a form this libsmddp does not read");
     H_HAS(msg, "must run the same libsmddp");
 }
 

@@ -126,6 +126,15 @@ static void test_straggler_across_nodes(void **state)
     harness_opts_t one = {.timeout_s = 120, .ranks_per_node = 1,
                           .clock_shift_ns = -2000000000LL};
     assert_int_equal(harness_run(3, straggler_nodes_rank, &slow, &one), 0);
+    /*
+     * 6 nodes x 1 rank, each clock told 1 s behind the last: node 5 asks
+     * node 1 for the time, not the reference, and adds node 1's offset to
+     * its own; it is the slow one.
+     */
+    slow = 5;
+    harness_opts_t tree = {.timeout_s = 120, .ranks_per_node = 1,
+                           .clock_shift_ns = -1000000000LL};
+    assert_int_equal(harness_run(6, straggler_nodes_rank, &slow, &tree), 0);
 }
 
 /* SMDDP_STRAGGLER_WARN_MS=10: local rank 0 warns once (once a minute at most), naming rank 1. */

@@ -459,7 +459,7 @@ SMDDP_API smddp_status_t smddp_comm_status(smddp_comm_t comm);
  * the library fills the fields that fit and sets version. Fields are only
  * ever added at the end.
  */
-#define SMDDP_COMM_STATS_VERSION 1
+#define SMDDP_COMM_STATS_VERSION 2
 typedef struct smddp_comm_stats {
     uint32_t struct_size;   /**< in: sizeof(smddp_comm_stats_t) as the caller knows it */
     uint32_t version;       /**< out: SMDDP_COMM_STATS_VERSION of the library */
@@ -471,6 +471,20 @@ typedef struct smddp_comm_stats {
     int64_t skew_max_ns;    /**< over all compared ops */
     int64_t clock_error_ns; /**< bound on the error between compared clocks; 0: one clock */
     int64_t skew_sum_ns;    /**< summed over all compared ops (with ops: the mean skew) */
+    /*
+     * Version 2: what the communicator costs this rank. Store calls are
+     * counted on the store this communicator shares with those split from
+     * it, from the start of its creation; a get is one call however long it
+     * waits.
+     */
+    int64_t create_ns;          /**< how long its creation took on this rank */
+    uint64_t create_store_ops;  /**< store calls (set, get, add) made during its creation */
+    uint64_t create_store_bytes; /**< the keys and values they sent and received */
+    uint64_t store_ops;         /**< store calls since its creation began (creation included) */
+    uint64_t store_bytes;       /**< their keys and values */
+    int32_t connections;        /**< network peers this rank has resolved (a connection each,
+                                     opened by the first message) plus liveness connections */
+    int32_t threads;            /**< threads the communicator has started */
 } smddp_comm_stats_t;
 
 /**
