@@ -13,6 +13,9 @@
 #   3. Open MPI (smddp_bench_mpi --startup, where built): MPI_Init and one
 #      MPI_Allreduce, between processes forced onto TCP (btl self,tcp), as
 #      across nodes.
+#   4. many ranks on one node: the allreduce (8 B to 16 MiB) on each count of
+#      SCALE_BENCH_LOCAL (default 16) local ranks, smddp_bench -p against Open
+#      MPI, two rounds taking turns, the best time of each.
 # Every rank waits for a common start time once all are launched (and, for
 # torch, connected to its store), so that launching and importing torch are
 # not counted. Then a model fitted to all points but the largest, checked on
@@ -134,7 +137,18 @@ for n in "${SIZES[@]}"; do
 done
 [ $has_torch = 1 ] || echo "(torch or the smddp package is not installed: no torch column)"
 
-$PY - "$tmp/counts.csv" "$tmp/times.csv" <<'EOF'
+LOCAL=${SCALE_BENCH_LOCAL:-16}
+for n in $LOCAL; do
+    for rep in 1 2; do
+        "$S" -p "$n" -o allreduce -b 8 -e 16M -f 8 -n 10 -w 3 -c 1 -F csv > "$tmp/local.$n.smddp.$rep" || rc=1
+        if [ -x "$M" ] && command -v mpirun >/dev/null; then
+            timeout -s KILL 600 mpirun --allow-run-as-root --oversubscribe -np "$n" "$M" -o allreduce \
+                -b 8 -e 16M -f 8 -n 10 -w 3 -c 1 -F csv > "$tmp/local.$n.mpi.$rep" 2> /dev/null || rc=1
+        fi
+    done
+done
+
+$PY - "$tmp/counts.csv" "$tmp/times.csv" "$tmp" "$LOCAL" <<'EOF'
 import csv, math, sys
 
 counts = list(csv.DictReader(open(sys.argv[1])))
@@ -164,6 +178,25 @@ for c in counts:
     print(f"| {c['ranks']} | {c['nodes']} | {c['create_store_ops']} | {c['store_ops']} ({c['store_ops_total']}) "
           f"| {c['store_bytes']} ({c['store_bytes_total']}) | {c['connections']} ({c['connections_total']}) "
           f"| {c['threads']} | {c['process_threads']} |")
+
+import glob, os
+for n in sys.argv[4].split():
+    def best(lib):
+        out = {}
+        for path in glob.glob(os.path.join(sys.argv[3], f"local.{n}.{lib}.*")):
+            for row in csv.DictReader(open(path)):
+                b, t = int(row["size"]), float(row["time_us"])
+                out[b] = min(out.get(b, t), t)
+        return out
+    s, m = best("smddp"), best("mpi")
+    if not s:
+        continue
+    print(f"\n## {n} ranks on one node: allreduce float32 sum, best of two rounds (us)\n")
+    print("| size | smddp | Open MPI | MPI time / smddp time |")
+    print("|---:|---:|---:|---:|")
+    for b in sorted(s):
+        mt = m.get(b)
+        print(f"| {b} | {s[b]:.1f} | {fmt(mt, 1)} | {fmt(mt / s[b] if mt else None)} |")
 
 # The model. Fitted to every point but the largest; checked on the largest.
 pts = [(int(c["ranks"]), c) for c in counts]

@@ -137,6 +137,11 @@ int harness_run(int nranks, harness_fn_t fn, void *arg, harness_opts_t *opts)
 {
     harness_opts_t defaults = {0};
     if (!opts) opts = &defaults;
+    if (nranks < 1 || nranks > HARNESS_MAX_RANKS) {
+        fprintf(stderr, "harness: %d ranks asked for; it runs 1 to %d\n", nranks,
+                HARNESS_MAX_RANKS);
+        return nranks < 1 ? 1 : nranks;
+    }
 #ifdef HARNESS_WITH_CMOCKA
     /* Fake nodes talk through libfabric: a build without it skips the test, and says why. */
     if (opts->ranks_per_node > 0 && opts->ranks_per_node < nranks && !smddp__net_transport()) {
@@ -189,7 +194,7 @@ int harness_run(int nranks, harness_fn_t fn, void *arg, harness_opts_t *opts)
     fflush(stdout);
     fflush(stderr);
 
-    pid_t pids[64];
+    pid_t pids[HARNESS_MAX_RANKS];
     for (int r = 0; r < nranks; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
@@ -216,7 +221,7 @@ int harness_run(int nranks, harness_fn_t fn, void *arg, harness_opts_t *opts)
     }
 
     int failed = 0, left = nranks, status;
-    int done[64] = {0};
+    int done[HARNESS_MAX_RANKS] = {0};
     time_t start = time(NULL);
     while (left > 0) {
         pid_t pid = waitpid(-1, &status, WNOHANG);

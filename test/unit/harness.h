@@ -15,6 +15,9 @@
 
 typedef void (*harness_fn_t)(smddp_comm_t comm, int rank, int size, void *arg);
 
+/* The most ranks harness_run starts. */
+#define HARNESS_MAX_RANKS 128
+
 typedef struct harness_opts {
     const char *env;        /* "NAME=value NAME=value" set in every rank before it starts */
     int timeout_s;          /* the parent kills every rank after this (default 120) */
