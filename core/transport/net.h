@@ -41,7 +41,8 @@ typedef struct smddp__net_transport {
     const char *name;
     /*
      * Collective over every rank of comm, through its store: opens comm's
-     * two endpoints and learns every peer's address. On failure opens none.
+     * two endpoints and publishes their addresses (a peer's is read when it
+     * is first named). On failure opens none.
      */
     smddp_status_t (*setup)(smddp_comm_t comm, smddp__net_ep_t **coll, smddp__net_ep_t **p2p);
     /* Closes ep (NULL: nothing); transfers still posted are dropped. */
