@@ -6,7 +6,8 @@
 #      API (the built-in store), with what start-up cost each rank (most over
 #      ranks, and the total, which is the store's load): store calls (during
 #      creation, and until the allreduce ended), store bytes, network peers
-#      and liveness connections, threads;
+#      and liveness connections, threads; then the store calls per second
+#      while 8-byte allreduces run for 3 s (the straggler telemetry's);
 #   2. bench/startup_torch.py: init_process_group and one all_reduce through
 #      torch, smddp beside gloo (gloo's ranks talk over loopback as they
 #      would across nodes);
@@ -116,7 +117,7 @@ mpi_startup() {
 
 echo "# scale_bench: start-up on fake nodes of $PER ranks (loopback), $(nproc) CPUs, $(date -u +%F)"
 echo
-printf '%s\n' "ranks,nodes,startup_s,create_s,create_store_ops,store_ops,store_ops_total,store_bytes,store_bytes_total,connections,connections_total,threads,process_threads" > "$tmp/counts.csv"
+printf '%s\n' "ranks,nodes,startup_s,create_s,create_store_ops,store_ops,store_ops_total,store_bytes,store_bytes_total,connections,connections_total,threads,process_threads,steady_store_ops_s,steady_store_ops_s_total" > "$tmp/counts.csv"
 echo "ranks,smddp_c,smddp_torch,gloo,mpi" > "$tmp/times.csv"
 for n in "${SIZES[@]}"; do
     row=$(c_startup "$n") || { rc=1; continue; }
@@ -172,12 +173,12 @@ for t in times:
           f"| {fmt(m)} | {fmt(m / c if m and c else None)} |")
 
 print("\n## What start-up cost each rank (smddp, C API): most on one rank (total over ranks)\n")
-print("| ranks | nodes | store calls in creation | store calls to the first op's end | store bytes | network peers + liveness | threads started | threads in the process |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| ranks | nodes | store calls in creation | store calls to the first op's end | store bytes | network peers + liveness | threads started | threads in the process | store calls/s while allreduces run |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for c in counts:
     print(f"| {c['ranks']} | {c['nodes']} | {c['create_store_ops']} | {c['store_ops']} ({c['store_ops_total']}) "
           f"| {c['store_bytes']} ({c['store_bytes_total']}) | {c['connections']} ({c['connections_total']}) "
-          f"| {c['threads']} | {c['process_threads']} |")
+          f"| {c['threads']} | {c['process_threads']} | {c['steady_store_ops_s']} ({c['steady_store_ops_s_total']}) |")
 
 import glob, os
 for n in sys.argv[4].split():

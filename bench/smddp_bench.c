@@ -152,7 +152,8 @@ static void usage(void)
            "                       (0: starts at once), creates the communicator (MPI: MPI_Init)\n"
            "                       and runs one 8-byte allreduce; rank 0 prints the slowest\n"
            "                       rank's time from AT and, for smddp, the store calls, bytes,\n"
-           "                       connections and threads per rank (most and total)\n");
+           "                       connections and threads per rank (most and total), and the\n"
+           "                       store calls per second while allreduces run for 3 s\n");
 }
 
 static void parse_args(int argc, char **argv, bench_args_t *a)
@@ -699,6 +700,28 @@ static int64_t process_threads(void)
     return n;
 }
 
+#ifndef BENCH_MPI
+/*
+ * Store calls per second on this rank while 8-byte allreduces run for about
+ * secs (the straggler telemetry's traffic; every rank stops at once).
+ */
+static double steady_store_rate(double secs)
+{
+    smddp_comm_stats_t a = {.struct_size = sizeof(a)}, b = {.struct_size = sizeof(b)};
+    check_call(smddp_comm_get_stats(comm, &a, NULL, 0), "smddp_comm_get_stats");
+    double t0 = unix_now(), t;
+    float x = 1, y = 0;
+    do {
+        for (int i = 0; i < 100; i++)
+            check_call(smddp_allreduce(comm, &x, &y, 1, SMDDP_FLOAT32, SMDDP_SUM, NULL, NULL),
+                       "allreduce");
+        t = unix_now();
+    } while (max_over_ranks(t - t0 >= secs ? 1.0 : 0.0) == 0);
+    check_call(smddp_comm_get_stats(comm, &b, NULL, 0), "smddp_comm_get_stats");
+    return (double)(b.store_ops - a.store_ops) / (t - t0);
+}
+#endif
+
 static void startup_report(double start, double ready)
 {
     double secs = max_over_ranks(ready - start);
@@ -719,6 +742,8 @@ static void startup_report(double start, double ready)
     enum { N = sizeof(mine) / sizeof(mine[0]) };
     int64_t most[N], total[N];
     double create_s = max_over_ranks((double)st.create_ns * 1e-9);
+    double rate = steady_store_rate(3.0);
+    double rate_most = max_over_ranks(rate), rate_total = (double)sum_over_ranks((int64_t)rate);
     for (int i = 0; i < N; i++) {
         most[i] = (int64_t)max_over_ranks((double)mine[i]);
         total[i] = sum_over_ranks(mine[i]);
@@ -726,11 +751,13 @@ static void startup_report(double start, double ready)
     if (rank == 0)
         printf("# start-up, smddp: %d ranks on %d node(s); per rank: most (total over ranks)\n"
                "ranks,nodes,startup_s,create_s,create_store_ops,store_ops,store_ops_total,store_bytes,"
-               "store_bytes_total,connections,connections_total,threads,process_threads\n"
-               "%d,%d,%.3f,%.3f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld\n",
+               "store_bytes_total,connections,connections_total,threads,process_threads,"
+               "steady_store_ops_s,steady_store_ops_s_total\n"
+               "%d,%d,%.3f,%.3f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%.0f,%.0f\n",
                nranks, nodes, nranks, nodes, secs, create_s, (long long)most[0], (long long)most[1],
                (long long)total[1], (long long)most[2], (long long)total[2], (long long)most[3],
-               (long long)total[3], (long long)most[4], (long long)most[5]);
+               (long long)total[3], (long long)most[4], (long long)most[5], rate_most,
+               rate_total);
 #endif
 }
 

@@ -155,13 +155,14 @@ smddp_status_t smddp__comm_create(smddp__store_ref_t *store, int rank, int size,
     SMDDP_CHECK_GOTO(transports_setup(comm), st, fail_transports);
     comm->progress = smddp__progress_new(comm);
     SMDDP_CHECK_GOTO(smddp__sched_start(comm), st, fail_transports);
-    smddp__progress_start_nodes(comm);
-
-    atomic_fetch_add(&store->refs, 1);
+    /* Counted before the straggler telemetry's thread starts its clock ping-pongs. */
     comm->create_ns = smddp__now_ns() - began;
     smddp__store_counts(store, &comm->create_store_ops, &comm->create_store_bytes);
     comm->create_store_ops -= comm->store_ops0;
     comm->create_store_bytes -= comm->store_bytes0;
+    smddp__progress_start_nodes(comm);
+
+    atomic_fetch_add(&store->refs, 1);
     SMDDP_INFO("communicator %s: rank %d of %d, local rank %d of %d, %d node(s), transports: "
                "shm%s%s%s%s", comm->prefix, comm->rank, comm->size, comm->local_rank,
                comm->local_size, comm->node_count, comm->net ? ", " : "",
