@@ -10,14 +10,15 @@
  *     along the tree;
  *   - takes its node's arrivals at each collective from the thread that runs
  *     ops (smddp__nodes_push), converts them to the reference clock and
- *     publishes them through the store every 100 ms.
+ *     publishes them through the store every 100 ms per 8 nodes (400 ms
+ *     with 32), so that the store's load stays flat as nodes are added.
  * The reference node's first rank merges every node's arrivals by sequence
  * number, and keeps each rank's lateness (its arrival minus the earliest
  * arrival of any rank, summed) and the skew (last arrival minus the first),
  * and publishes a summary that every rank reads (smddp__nodes_stats).
  * Everything but the push runs off the thread that runs ops; a push that
- * finds its ring full drops the op, which is then not compared (at most
- * about 40,000 collectives a second are).
+ * finds its ring full (8,192 ops since the last publication) drops the op,
+ * which is then not compared.
  */
 #ifndef SMDDP_CORE_PROGRESS_NODES_H
 #define SMDDP_CORE_PROGRESS_NODES_H
