@@ -137,6 +137,15 @@ size_t smddp__topo_record(char *out, size_t cap, const char *node, const char *s
     return need;
 }
 
+/* Whether p (len bytes) is an error passed on: MAGIC, 'E', a status, a message. */
+static bool error_value(const char *p, size_t len)
+{
+    return len > MAGIC_LEN + 5 && !memcmp(p, MAGIC, MAGIC_LEN) && p[MAGIC_LEN] == 'E' &&
+           p[len - 1] == '\0';
+}
+
+static bool is_error(const buf_t *b) { return error_value(b->p, b->len); }
+
 /* An error for everybody above and, through the table, every rank. */
 static bool put_error(buf_t *b, smddp_status_t st, const char *msg)
 {
@@ -172,15 +181,13 @@ static smddp_status_t gather_run(smddp_comm_t comm, int head, int end, buf_t *ou
     if (st < 0) return st;
     const char *p = v;
     size_t at = MAGIC_LEN + 1;
-    bool ok = len >= at && !memcmp(p, MAGIC, MAGIC_LEN);
-    if (ok && p[MAGIC_LEN] == 'E' && len > at + 4 && p[len - 1] == '\0') {
-        /* Passed on as it came. */
+    if (error_value(p, len)) { /* passed on as it came */
         out->len = 0;
-        ok = put(out, p, len);
+        bool ok = put(out, p, len);
         free(v);
         return ok ? SMDDP_OK : SMDDP_ERR_NO_MEMORY;
     }
-    ok = ok && p[MAGIC_LEN] == 'R';
+    bool ok = len >= at && !memcmp(p, MAGIC, MAGIC_LEN) && p[MAGIC_LEN] == 'R';
     for (int r = head; ok && r < end; r++) {
         uint32_t n = at + 4 <= len ? get_u32(p + at) : 0;
         ok = n > 0 && at + 4 + n <= len;
@@ -199,8 +206,6 @@ static smddp_status_t gather_run(smddp_comm_t comm, int head, int end, buf_t *ou
     free(v);
     return ret;
 }
-
-static bool is_error(const buf_t *b) { return b->len > MAGIC_LEN && b->p[MAGIC_LEN] == 'E'; }
 
 /* Index of s in list[0..*n), added at the end when absent. */
 static uint32_t intern(const char **list, uint32_t *n, const char *s)
@@ -280,7 +285,7 @@ static smddp_status_t read_table(smddp_comm_t comm, const char *p, size_t len,
                                  smddp__params_t *agreed)
 {
     size_t at = MAGIC_LEN + 1;
-    if (len >= at + 5 && !memcmp(p, MAGIC, MAGIC_LEN) && p[MAGIC_LEN] == 'E' && p[len - 1] == '\0')
+    if (error_value(p, len))
         return smddp__error((smddp_status_t)(int32_t)get_u32(p + at), "%s", p + at + 4);
     size_t tail = (size_t)comm->size * sizeof(uint32_t);
     bool ok = len >= at + 8 + tail && !memcmp(p, MAGIC, MAGIC_LEN) && p[MAGIC_LEN] == 'T';
@@ -319,18 +324,14 @@ static smddp_status_t read_table(smddp_comm_t comm, const char *p, size_t len,
     return SMDDP_OK;
 }
 
-smddp_status_t smddp__topo_discover(smddp_comm_t comm, const char *settings,
-                                    smddp__params_t *agreed)
+/* The gather and the table: comm->node_of, comm->node_count and *agreed. */
+static smddp_status_t rendezvous(smddp_comm_t comm, const char *settings,
+                                 smddp__params_t *agreed)
 {
     char key[512], host[HOSTNAME_MAX];
     buf_t mine = {0}, table = {0};
     smddp_status_t st = SMDDP_OK;
 
-    comm->node_of = calloc((size_t)comm->size, sizeof(int));
-    comm->local_ranks = calloc((size_t)comm->size, sizeof(int));
-    if (!comm->node_of || !comm->local_ranks)
-        return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate topology for %d ranks",
-                            comm->size);
     /* This rank's range: its own record, then the runs below it. */
     smddp__node_name(host, sizeof(host));
     size_t need = smddp__topo_record(NULL, 0, host, settings);
@@ -377,7 +378,18 @@ smddp_status_t smddp__topo_discover(smddp_comm_t comm, const char *settings,
 out:
     free(mine.p);
     free(table.p);
-    SMDDP_CHECK(st);
+    return st;
+}
+
+smddp_status_t smddp__topo_discover(smddp_comm_t comm, const char *settings,
+                                    smddp__params_t *agreed)
+{
+    comm->node_of = calloc((size_t)comm->size, sizeof(int));
+    comm->local_ranks = calloc((size_t)comm->size, sizeof(int));
+    if (!comm->node_of || !comm->local_ranks)
+        return smddp__error(SMDDP_ERR_NO_MEMORY, "cannot allocate topology for %d ranks",
+                            comm->size);
+    SMDDP_CHECK(rendezvous(comm, settings, agreed));
     comm->node = comm->node_of[comm->rank];
     comm->local_size = 0;
     for (int r = 0; r < comm->size; r++) {

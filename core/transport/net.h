@@ -85,9 +85,11 @@ typedef struct smddp__net_transport {
                      bool *registering);
     /* What carries the traffic, for messages, e.g. "tcp;ofi_rxm". */
     const char *(*provider)(const smddp__net_ep_t *ep);
-    /* rank's address as an IP socket address, when the transport's are (tcp); else false. */
-    bool (*sockaddr)(smddp__net_ep_t *ep, int rank, struct sockaddr_storage *addr,
-                     unsigned *len);
+    /*
+     * This rank's address on ep as an IP socket address, when the transport's
+     * are (tcp); else false. Peers learn theirs from the store (watch.c).
+     */
+    bool (*own_sockaddr)(smddp__net_ep_t *ep, struct sockaddr_storage *addr, unsigned *len);
 } smddp__net_transport_t;
 
 /* The network transport this build has; NULL without one. */

@@ -293,18 +293,13 @@ static smddp_status_t setup(smddp_comm_t comm, ofi_t **coll, ofi_t **p2p)
     return SMDDP_OK;
 }
 
-static bool sockaddr_of(ofi_t *o, int rank, struct sockaddr_storage *addr, unsigned *len)
+static bool own_sockaddr(ofi_t *o, struct sockaddr_storage *addr, unsigned *len)
 {
     uint32_t f = o->info->addr_format;
     if (f != FI_SOCKADDR && f != FI_SOCKADDR_IN && f != FI_SOCKADDR_IN6) return false;
     size_t n = sizeof(*addr);
     memset(addr, 0, sizeof(*addr));
-    if (rank != o->comm->rank && resolve(o, rank) != SMDDP_OK) {
-        smddp__clear_error();
-        return false;
-    }
-    int rc = rank == o->comm->rank ? fi_getname(&o->ep->fid, addr, &n)
-                                   : fi_av_lookup(o->av, o->addrs[rank], addr, &n);
+    int rc = fi_getname(&o->ep->fid, addr, &n);
     if (rc != 0 || n > sizeof(*addr)) return false;
     if (addr->ss_family != AF_INET && addr->ss_family != AF_INET6) return false;
     *len = (unsigned)n;
@@ -410,9 +405,9 @@ static smddp_status_t post(ofi_t *o, smddp__xfer_t *x, int is_send, int peer,
     if (o->abandoned)
         return smddp__error(SMDDP_ERR_ABORTED, "the network endpoint was abandoned by a failed "
                             "collective");
+    SMDDP_CHECK(resolve(o, peer));
     void *desc = NULL;
     /* A zero-length transfer needs no registration (its buffer may be NULL). */
-    SMDDP_CHECK(resolve(o, peer));
     if (o->mr && len > 0) {
         struct smddp__mr_entry *pin;
         SMDDP_CHECK(smddp__mr_cache_get(o->mr, buf, len, &pin));
@@ -539,5 +534,5 @@ const smddp__net_transport_t smddp__ofi_transport = {
     .op_end = op_end,
     .mr_stats = mr_stats,
     .provider = provider,
-    .sockaddr = sockaddr_of,
+    .own_sockaddr = own_sockaddr,
 };

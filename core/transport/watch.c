@@ -72,7 +72,6 @@ typedef struct watched {
     int64_t reset_ns; /* when the connection broke without a goodbye (0: it has not) */
     bool refused;     /* it broke before it was up: the rank's socket was closed already */
     int64_t retry_ns; /* W_NONE: not before this (its port was not to be had) */
-    bool watchable;   /* the next rank, and ranks on other nodes */
 } watched_t;
 
 struct smddp__watch {
@@ -152,11 +151,44 @@ static void look(watched_t *p, int rank, int64_t now_ns)
  * and a rank still creating its communicator has not published yet, so that
  * is tried again later); wait_ms: how long to wait for the connection.
  */
+/* The ranks this one may watch: the next rank, and ranks on other nodes. */
+static bool watchable(smddp_comm_t comm, int rank)
+{
+    return rank != comm->rank &&
+           (rank == (comm->rank + 1) % comm->size || comm->node_of[rank] != comm->node);
+}
+
+/*
+ * The socket address a rank published as "port address" (v: the store's
+ * value, vlen bytes); its length, 0 when it cannot be watched (port 0).
+ */
+static socklen_t listener_of(const void *v, size_t vlen, struct sockaddr_in6 *addr)
+{
+    char text[VALUE_MAX];
+    memset(addr, 0, sizeof(*addr));
+    if (vlen == 0 || vlen > sizeof(text) || ((const char *)v)[vlen - 1] != '\0') return 0;
+    memcpy(text, v, vlen);
+    char *end = NULL;
+    long port = strtol(text, &end, 10);
+    if (port <= 0 || port > 65535 || *end != ' ') return 0;
+    struct sockaddr_in *v4 = (struct sockaddr_in *)addr;
+    socklen_t len = 0;
+    if (inet_pton(AF_INET, end + 1, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        len = sizeof(*v4);
+    } else if (inet_pton(AF_INET6, end + 1, &addr->sin6_addr) == 1) {
+        addr->sin6_family = AF_INET6;
+        len = sizeof(*addr);
+    }
+    addr->sin6_port = htons((uint16_t)port); /* the same field as sin_port */
+    return len;
+}
+
 static void watch(smddp_comm_t comm, int rank, int64_t store_ms, int wait_ms)
 {
     watched_t *p = &comm->watch->peers[rank];
     p->state = W_OFF;
-    if (!p->watchable) return;
+    if (!watchable(comm, rank)) return;
     char key[320];
     void *v = NULL;
     size_t vlen = 0;
@@ -166,31 +198,13 @@ static void watch(smddp_comm_t comm, int rank, int64_t store_ms, int wait_ms)
         p->retry_ns = smddp__now_ns() + RETRY_NS;
         return;
     }
-    /* "port address" (port 0: it cannot be watched) */
-    struct sockaddr_in6 addr = {0};
-    socklen_t len = 0;
-    char text[VALUE_MAX] = "";
-    long port = 0;
-    if (vlen > 0 && vlen <= sizeof(text) && ((char *)v)[vlen - 1] == '\0') {
-        memcpy(text, v, vlen);
-        char *end = NULL;
-        port = strtol(text, &end, 10);
-        const char *host = end && *end == ' ' ? end + 1 : "";
-        struct sockaddr_in *v4 = (struct sockaddr_in *)&addr;
-        if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-            v4->sin_family = AF_INET;
-            len = sizeof(*v4);
-        } else if (inet_pton(AF_INET6, host, &addr.sin6_addr) == 1) {
-            addr.sin6_family = AF_INET6;
-            len = sizeof(addr);
-        }
-    }
+    struct sockaddr_in6 addr;
+    socklen_t len = listener_of(v, vlen, &addr);
     free(v);
-    if (port <= 0 || port > 65535 || !len) {
+    if (!len) {
         watch_off(p, rank, "it cannot listen", 0);
         return;
     }
-    addr.sin6_port = htons((uint16_t)port); /* the same field as sin_port */
     p->fd = socket(addr.sin6_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (p->fd < 0) {
         watch_off(p, rank, "socket", errno);
@@ -210,7 +224,8 @@ static void watch(smddp_comm_t comm, int rank, int64_t store_ms, int wait_ms)
     /* It listens already (it published the port after listen): one round trip. */
     struct pollfd pfd = {.fd = p->fd, .events = POLLOUT};
     if (wait_ms > 0 && poll(&pfd, 1, wait_ms) == 1) look(p, rank, smddp__now_ns());
-    SMDDP_TRACE("rank %d watches rank %d on port %ld", comm->rank, rank, port);
+    SMDDP_TRACE("rank %d watches rank %d on port %u", comm->rank, rank,
+                (unsigned)ntohs(addr.sin6_port));
 }
 
 static smddp_status_t watch_open(smddp_comm_t comm)
@@ -227,10 +242,7 @@ static smddp_status_t watch_open(smddp_comm_t comm)
     w->listen_fd = -1;
     comm->watch = w;
     int next = (comm->rank + 1) % comm->size;
-    for (int r = 0; r < comm->size; r++) {
-        peers[r].fd = -1;
-        peers[r].watchable = r != comm->rank && (r == next || comm->node_of[r] != comm->node);
-    }
+    for (int r = 0; r < comm->size; r++) peers[r].fd = -1;
 
     /* Listening on this rank's network address; its peers read it with the port. */
     struct sockaddr_storage me = {0};
@@ -238,7 +250,7 @@ static smddp_status_t watch_open(smddp_comm_t comm)
     socklen_t len = 0;
     unsigned port = 0;
     char host[INET6_ADDRSTRLEN] = "";
-    if (comm->net->sockaddr(comm->net_ep, comm->rank, &me, &n) && n <= sizeof(me)) len = n;
+    if (comm->net->own_sockaddr(comm->net_ep, &me, &n) && n <= sizeof(me)) len = n;
     if (!len) {
         SMDDP_INFO("no liveness watch across nodes: the network provider's addresses are not "
                    "IP addresses");

@@ -18,10 +18,9 @@
 #include <unistd.h>
 
 #include "coll_ranks.h"
+#include "common.h"
 
 /* Element i of rank r's input: small integers, exact in float32 sums of 128 ranks. */
-#define SMDDP_MAX_SIZE(a, b) ((a) > (b) ? (a) : (b))
-
 static float input(int r, size_t i) { return (float)((r + 3 * (int)i) % 7); }
 
 /*
@@ -30,7 +29,7 @@ static float input(int r, size_t i) { return (float)((r + 3 * (int)i) % 7); }
  */
 static void each_kind(smddp_comm_t comm, int rank, int size, size_t count, size_t block)
 {
-    size_t all = SMDDP_MAX_SIZE(count, block * (size_t)size);
+    size_t all = SMDDP_MAX(count, block * (size_t)size);
     float *in = malloc(all * sizeof(float)), *out = malloc(all * sizeof(float));
     H_CHECK(in && out, "out of memory");
     for (size_t i = 0; i < all; i++) in[i] = input(rank, i);

@@ -14,7 +14,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -32,12 +31,7 @@
  */
 #define CREATE_STORE_OPS_MAX 24
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return (double)smddp__now_ns() / 1e9; }
 
 /* 6 fake nodes of 3 ranks: where every rank is, and what its creation cost it. */
 static void tree_rank(smddp_comm_t comm, int rank, int size, void *arg)
